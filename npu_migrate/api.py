@@ -1,0 +1,35 @@
+"""What scan and apply share: run the rules over discovered files, one outcome per file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from npu_migrate.engine import SourceResult, migrate_source
+from npu_migrate.files import SourceFile
+from npu_migrate.index import RuleIndex
+from npu_migrate.ruleset import Applicability
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    file: SourceFile
+    result: SourceResult
+
+    @property
+    def changed(self) -> bool:
+        return self.result.new_source is not None
+
+
+def run_rules(
+    files: list[SourceFile],
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+    advance: Callable[[], None] = lambda: None,
+) -> list[FileOutcome]:
+    outcomes = []
+    for file in files:
+        result = SourceResult() if file.data is None else migrate_source(file.data, index, enabled)
+        outcomes.append(FileOutcome(file, result))
+        advance()
+    return outcomes

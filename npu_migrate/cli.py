@@ -1,0 +1,251 @@
+"""The `npu-migrate` command line: scan, apply and rules. Exit codes: 0 nothing to report,
+1 findings (scan) or findings left for a human (apply), 2 usage or tool error."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from npu_migrate import report
+from npu_migrate.api import FileOutcome, run_rules
+from npu_migrate.files import DEFAULT_MAX_BYTES, SourceFile, copy_tree, discover, write_atomic
+from npu_migrate.index import RuleIndex
+from npu_migrate.ruleset import Applicability, Rule, RuleError, json_schema, load_rules, rule_files
+from npu_migrate.testing import check_rules
+
+app = typer.Typer(
+    help="Move PyTorch CUDA code to Ascend NPUs: scan it, rewrite it, and check the rules.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+rules_app = typer.Typer(help="List, explain and test the migration rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+RulesOption = Annotated[
+    list[Path] | None,
+    typer.Option("--rules", help="Extra rule file or folder of *.yaml (repeatable)."),
+]
+PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
+MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
+
+
+def fail(text: str) -> NoReturn:
+    err.print(f"[red]error:[/] {escape(text)}")
+    raise typer.Exit(2)
+
+
+def _rules(extra: list[Path] | None) -> list[Rule]:
+    try:
+        return load_rules(extra or [])
+    except RuleError as exc:
+        fail(str(exc))
+
+
+def _discover(paths: list[Path], max_size: int) -> list[SourceFile]:
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        fail(f"no such file or folder: {', '.join(missing)}")
+    return discover(paths, max_size)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator:
+    """A progress bar on stderr for long runs in a terminal; silent otherwise."""
+    if total < 20 or not err.is_terminal:
+        yield lambda: None
+        return
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("migrating", total=total)
+        yield lambda: progress.advance(task)
+
+
+def _run(
+    files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability]
+) -> list[FileOutcome]:
+    with _progress(len(files)) as advance:
+        return run_rules(files, RuleIndex(rules), enabled, advance)
+
+
+@app.command()
+def scan(
+    paths: PathsArgument,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.text,
+    rules: RulesOption = None,
+    max_size: MaxSize = DEFAULT_MAX_BYTES,
+) -> None:
+    """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
+    outcomes = _run(_discover(paths, max_size), _rules(rules), frozenset())
+    summary = report.Summary.of(outcomes)
+    if format is Format.json:
+        findings = [report.finding_dict(d, f) for d, f in report.all_findings(outcomes)]
+        sys.stdout.write(
+            json.dumps({"findings": findings, "summary": summary.as_dict()}, indent=2) + "\n"
+        )
+    else:
+        report.print_findings(out, report.all_findings(outcomes))
+        report.print_summary(out, summary)
+    raise typer.Exit(2 if summary.errors else 1 if summary.findings else 0)
+
+
+@app.command()
+def apply(
+    paths: PathsArgument,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Write a migrated copy of the (single) folder here instead of in place."
+        ),
+    ] = None,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Print a unified diff of every change.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
+    unsafe: Annotated[
+        bool, typer.Option("--unsafe", help="Also apply fixes that may change behaviour.")
+    ] = False,
+    rules: RulesOption = None,
+    change_list: Annotated[
+        Path,
+        typer.Option(help="Where to write the change list (.csv, and .json beside it)."),
+    ] = Path("npu-migrate-changes.csv"),
+    max_size: MaxSize = DEFAULT_MAX_BYTES,
+) -> None:
+    """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
+    enabled = frozenset({Applicability.safe, *([Applicability.unsafe] if unsafe else [])})
+    loaded = _rules(rules)
+    if out_dir is not None:
+        if len(paths) != 1 or not paths[0].is_dir():
+            fail("--out takes exactly one folder to copy")
+        if out_dir.exists() and not (out_dir.is_dir() and not any(out_dir.iterdir())):
+            fail(f"--out {out_dir} already exists and is not empty")
+        if out_dir.resolve().is_relative_to(paths[0].resolve()):
+            fail("--out must lie outside the folder being migrated")
+    outcomes = _run(_discover(paths, max_size), loaded, enabled)
+    changed = [o for o in outcomes if o.changed]
+    if diff:
+        for outcome in changed:
+            sys.stdout.write(report.unified_diff(outcome))
+    if not dry_run:
+        _write(outcomes, paths, out_dir)
+        csv_path, json_path = report.write_change_list(change_list, outcomes)
+    summary = report.Summary.of(outcomes)
+    console = err if diff else out
+    left = [(display, f) for display, f in report.all_findings(outcomes) if not f.applied]
+    applied = sum(f.applied for o in outcomes for f in o.result.findings)
+    verb = "would rewrite" if dry_run else "rewrote"
+    console.print(
+        f"{verb} {len(changed)} file(s), {applied} change(s)"
+        + (f" into {out_dir}" if out_dir and not dry_run else "")
+    )
+    if left:
+        console.print(f"Left for a human ({len(left)}):")
+        report.print_findings(console, left)
+    for display, error in summary.errors:
+        console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
+    for display, reason in summary.skipped:
+        console.print(f"[yellow]skipped[/] {display}: {reason}")
+    if not dry_run:
+        console.print(f"change list: {csv_path} and {json_path}")
+    raise typer.Exit(2 if summary.errors else 1 if left else 0)
+
+
+def _write(outcomes: list[FileOutcome], paths: list[Path], out_dir: Path | None) -> None:
+    if out_dir is None:
+        for outcome in outcomes:
+            if outcome.changed:
+                write_atomic(outcome.file.path, outcome.result.new_source)  # type: ignore[arg-type]
+        return
+    root = paths[0]
+    staging = copy_tree(root, out_dir)
+    for outcome in outcomes:
+        if outcome.changed:
+            write_atomic(staging / outcome.file.path.relative_to(root), outcome.result.new_source)  # type: ignore[arg-type]
+    if out_dir.exists():
+        out_dir.rmdir()  # checked empty above
+    staging.rename(out_dir)
+
+
+@rules_app.command("list")
+def rules_list(rules: RulesOption = None) -> None:
+    """Every rule: code, name, category, fix safety and summary."""
+    from rich.table import Table
+
+    table = Table("code", "name", "category", "fix", "summary")
+    for rule in _rules(rules):
+        table.add_row(rule.code, rule.name, rule.category, rule.applicability.value, rule.summary)
+    out.print(table)
+
+
+@rules_app.command("show")
+def rules_show(code: str, rules: RulesOption = None) -> None:
+    """One rule's page: what it does, why, an example and its fix safety."""
+    rule = next((r for r in _rules(rules) if r.code == code.upper()), None)
+    if rule is None:
+        fail(f"no rule {code}; see `npu-migrate rules list`")
+    out.print(f"[bold]{rule.code} {rule.name}[/] ({rule.category}, {rule.severity.value})\n")
+    out.print(f"[bold]What it does[/]\n{escape(rule.summary)}\n")
+    out.print(f"[bold]Why[/]\n{escape(rule.why.strip())}\n")
+    safety = {
+        Applicability.safe: "safe: an exact equivalent, applied by `apply`.",
+        Applicability.unsafe: "unsafe: may change behaviour, applied only with `apply --unsafe`.",
+        Applicability.manual: "manual: reported only; a human must act.",
+    }[rule.applicability]
+    out.print(f"[bold]Fix safety[/]\n{safety}\n")
+    example = next((e for e in rule.examples if e.before), None) or rule.examples[0]
+    out.print("[bold]Example[/]")
+    if example.before:
+        out.print(
+            escape(example.before.rstrip())
+            + "\n[dim]# becomes[/]\n"
+            + escape((example.after or "").rstrip())
+        )
+    else:
+        out.print(escape((example.flagged or example.ok or "").rstrip()))
+
+
+@rules_app.command("test")
+def rules_test(files: Annotated[list[Path], typer.Argument(help="Rule files or folders.")]) -> None:
+    """Run the examples of the given rule files; exit 1 on any failure."""
+    try:
+        rules = [r for path in rule_files(files) for r in load_rules([path], builtin=False)]
+    except RuleError as exc:
+        fail(str(exc))
+    failures = check_rules(rules)
+    for failure in failures:
+        out.print(f"[red]FAIL[/] {escape(str(failure))}")
+    examples = sum(len(r.examples) for r in rules)
+    out.print(f"{examples - len(failures)} passed, {len(failures)} failed")
+    raise typer.Exit(1 if failures else 0)
+
+
+@rules_app.command("schema")
+def rules_schema() -> None:
+    """Print the JSON Schema of rule files (for editors)."""
+    sys.stdout.write(json_schema())

@@ -1,0 +1,47 @@
+"""One file through the road: prefilter, parse, resolve imports, match and fix in one pass,
+add imports. Pure: bytes in, findings and new bytes out; no file system access."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from npu_migrate.imports import add_imports
+from npu_migrate.index import RuleIndex
+from npu_migrate.names import ImportTable
+from npu_migrate.rewriter import Finding, Rewriter, plan_imports
+from npu_migrate.ruleset import Applicability
+
+
+@dataclass
+class SourceResult:
+    findings: list[Finding] = field(default_factory=list)
+    added_imports: list[tuple[int, str]] = field(default_factory=list)
+    new_source: bytes | None = None  # None: unchanged
+    error: str | None = None  # set when the file could not be parsed
+
+
+def migrate_source(
+    source: bytes, index: RuleIndex, enabled: frozenset[Applicability] = frozenset()
+) -> SourceResult:
+    """Find (and, for the enabled applicabilities, fix) everything the rules match."""
+    if not index.may_match(source.decode("latin-1")):
+        return SourceResult()
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return SourceResult(error=f"line {exc.raw_line}: cannot parse: {exc.message}")
+    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+        return SourceResult(error=f"cannot decode: {exc}")
+    table = ImportTable.of(module)
+    rewriter = Rewriter(module, index, set(enabled), table, plan_imports(index, table))
+    rewritten = MetadataWrapper(module, unsafe_skip_copy=True).visit(rewriter)
+    rewritten, added = add_imports(rewritten, rewriter.needed_imports, table)
+    new_source = rewritten.bytes
+    return SourceResult(
+        findings=sorted(rewriter.findings, key=lambda f: (f.line, f.column, f.rule.code)),
+        added_imports=added,
+        new_source=new_source if new_source != source else None,
+    )

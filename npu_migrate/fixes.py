@@ -1,0 +1,124 @@
+"""Edits a fix makes to one node. Each returns the new node; none evaluates or duplicates user
+expressions, and keyword arguments stay keywords."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from npu_migrate.names import ImportTable
+from npu_migrate.ruleset import KeywordEdit, Substitute
+
+# torch.npu is registered by torch_npu as an alias module; its submodules are only importable
+# under their real package, so import statements name torch_npu.npu.<sub> instead.
+IMPORT_PATHS = {"torch.npu": "torch_npu.npu"}
+
+
+def import_path(qualified: str) -> str:
+    """The name to write in an import statement for `qualified`."""
+    for alias, real in IMPORT_PATHS.items():
+        if qualified.startswith(alias + "."):
+            return real + qualified[len(alias) :]
+    return qualified
+
+
+def renamed(qualified: str, mapping: dict[str, str]) -> str | None:
+    """Apply the longest matching prefix of a rename map to a qualified name."""
+    for old in sorted(mapping, key=len, reverse=True):
+        if qualified == old or qualified.startswith(old + "."):
+            return mapping[old] + qualified[len(old) :]
+    return None
+
+
+class ImportPlan:
+    """How a rule rewrites the names a file imports, decided before the rewrite so that every
+    use of an imported name agrees with its (possibly renamed) import."""
+
+    def __init__(self) -> None:
+        self.locals: dict[str, tuple[str, str]] = {}  # local name -> (new target, new local)
+
+    def rename_binding(self, local: str, new_target: str, keep_local: bool) -> None:
+        self.locals[local] = (new_target, local if keep_local else new_target.rsplit(".", 1)[-1])
+
+
+def chain_source(
+    parts: list[str], new_qualified: str, table: ImportTable, plan: ImportPlan
+) -> tuple[str, str | None]:
+    """Source text for a dotted name whose qualified name becomes `new_qualified`, and the
+    module that must then be imported (None when the file's imports already provide it)."""
+    head = parts[0]
+    if head in plan.locals:
+        target, local = plan.locals[head]
+        for candidate in (new_qualified, import_path(new_qualified)):
+            if candidate == target or candidate.startswith(target + "."):
+                return local + candidate[len(target) :], None
+    target = table.bindings.get(head, "")
+    if target and (new_qualified == target or new_qualified.startswith(target + ".")):
+        return head + new_qualified[len(target) :], None
+    return table.spell(new_qualified)
+
+
+def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression:
+    new = cst.parse_expression(code)
+    return new.with_changes(lpar=old.lpar, rpar=old.rpar)
+
+
+def substitute_string(
+    node: cst.SimpleString | cst.FormattedString, edit: Substitute
+) -> cst.SimpleString | cst.FormattedString:
+    regex = re.compile(edit.pattern)
+    if isinstance(node, cst.SimpleString):
+        quote = node.quote
+        start = len(node.prefix) + len(quote)
+        inner = node.value[start : len(node.value) - len(quote)]
+        return node.with_changes(value=node.value[:start] + regex.sub(edit.to, inner) + quote)
+    parts = [
+        part.with_changes(value=regex.sub(edit.to, part.value))
+        if isinstance(part, cst.FormattedStringText)
+        else part
+        for part in node.parts
+    ]
+    return node.with_changes(parts=parts)
+
+
+def edit_keywords(call: cst.Call, edit: KeywordEdit) -> cst.Call:
+    args: list[cst.Arg] = []
+    present = set()
+    for arg in call.args:
+        name = arg.keyword.value if arg.keyword else None
+        if name in edit.drop:
+            continue
+        if name in edit.rename:
+            arg = arg.with_changes(keyword=cst.Name(edit.rename[name]))
+            name = edit.rename[name]
+        if name in edit.set:
+            arg = arg.with_changes(value=cst.parse_expression(edit.set[name]))
+        present.add(name)
+        args.append(arg)
+    for name, code in edit.set.items():
+        if name not in present:
+            args.append(
+                cst.Arg(
+                    keyword=cst.Name(name),
+                    value=cst.parse_expression(code),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                )
+            )
+    return call.with_changes(args=_fix_commas(args, call.args))
+
+
+def _fix_commas(
+    args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]
+) -> list[cst.Arg]:
+    """Every argument but the last needs a comma; the last keeps the original's trailing style."""
+    trailing = original[-1].comma if original else cst.MaybeSentinel.DEFAULT
+    fixed = []
+    for i, arg in enumerate(args):
+        if i < len(args) - 1:
+            if not isinstance(arg.comma, cst.Comma):
+                arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        else:
+            arg = arg.with_changes(comma=trailing)
+        fixed.append(arg)
+    return fixed

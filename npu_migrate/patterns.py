@@ -1,0 +1,152 @@
+"""Code patterns with $NAME metavariables: compiled once, matched structurally against CST
+nodes (whitespace, comments and parentheses ignored; dotted names compared after import
+resolution), and fix templates filled with what the metavariables matched."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from npu_migrate.names import dotted_parts
+
+_METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
+_PREFIX = "__mv_"
+_IGNORED = (
+    cst.SimpleWhitespace,
+    cst.ParenthesizedWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Newline,
+    cst.Comma,
+    cst.LeftParen,
+    cst.RightParen,
+)
+_LEAF_FIELDS = {
+    cst.Name: "value",
+    cst.Integer: "value",
+    cst.Float: "value",
+    cst.Imaginary: "value",
+    cst.FormattedStringText: "value",
+}
+
+Qualify = Callable[[list[str]], "str | None"]
+Spell = Callable[[str], "tuple[str, str | None]"]
+
+
+def _parse(code: str) -> cst.CSTNode:
+    """An expression, else a single small statement."""
+    try:
+        return cst.parse_expression(code)
+    except cst.ParserSyntaxError:
+        statement = cst.parse_statement(code)
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            raise ValueError(f"pattern must be one expression or simple statement: {code!r}") from None
+        return statement.body[0]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    source: str
+    tree: cst.CSTNode
+
+    @classmethod
+    def compile(cls, source: str) -> Pattern:
+        return cls(source, _parse(_METAVAR.sub(lambda m: _PREFIX + m.group(1), source)))
+
+    @property
+    def root_type(self) -> type[cst.CSTNode]:
+        return type(self.tree)
+
+    @property
+    def words(self) -> set[str]:
+        """Identifiers the pattern needs, for the text prefilter."""
+        return {w for w in re.findall(r"[A-Za-z_]\w+", self.source) if not w.isupper()}
+
+    def match(self, node: cst.CSTNode, qualify: Qualify) -> dict[str, cst.CSTNode] | None:
+        bindings: dict[str, cst.CSTNode] = {}
+        return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def _metavar(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.Name) and node.value.startswith(_PREFIX):
+        return node.value[len(_PREFIX) :]
+    return None
+
+
+def _same(
+    pattern: cst.CSTNode,
+    node: cst.CSTNode,
+    bindings: dict[str, cst.CSTNode],
+    qualify: Qualify,
+) -> bool:
+    name = _metavar(pattern)
+    if name is not None:
+        if name in bindings:
+            return bindings[name].deep_equals(node)
+        bindings[name] = node
+        return True
+    if isinstance(pattern, cst.Name | cst.Attribute):
+        wanted = dotted_parts(pattern)
+        if wanted is not None and not any(p.startswith(_PREFIX) for p in wanted):
+            parts = dotted_parts(node) if isinstance(node, cst.BaseExpression) else None
+            if parts is None:
+                return False
+            return (qualify(parts) or ".".join(parts)) == ".".join(wanted)
+    if type(pattern) is not type(node):
+        return False
+    if isinstance(pattern, cst.SimpleString):
+        return pattern.evaluated_value == node.evaluated_value  # type: ignore[attr-defined]
+    leaf = _LEAF_FIELDS.get(type(pattern))
+    if leaf and getattr(pattern, leaf) != getattr(node, leaf):
+        return False
+    mine = [c for c in pattern.children if not isinstance(c, _IGNORED)]
+    theirs = [c for c in node.children if not isinstance(c, _IGNORED)]
+    return len(mine) == len(theirs) and all(
+        _same(p, n, bindings, qualify) for p, n in zip(mine, theirs, strict=True)
+    )
+
+
+class _Spelling(cst.CSTTransformer):
+    """Rewrites the qualified dotted names of a template the way the file spells them."""
+
+    def __init__(self, spell: Spell) -> None:
+        super().__init__()
+        self.spell = spell
+        self.needed: list[str] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return dotted_parts(node) is None
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        parts = dotted_parts(original)
+        if parts is None or any(p.startswith(_PREFIX) for p in parts):
+            return updated
+        code, module = self.spell(".".join(parts))
+        if module:
+            self.needed.append(module)
+        return cst.parse_expression(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+
+def render(
+    template: str, bindings: dict[str, cst.CSTNode], module: cst.Module, spell: Spell
+) -> tuple[cst.CSTNode, list[str]]:
+    """Fill a fix template with the code each metavariable matched; qualified names in the
+    template are spelled through the file's imports. Returns the node and modules to import."""
+    for name in _METAVAR.findall(template):
+        if name not in bindings:
+            raise ValueError(f"template uses ${name}, which the pattern does not bind")
+    spelling = _Spelling(spell)
+    tree = _parse(_METAVAR.sub(lambda m: _PREFIX + m.group(1), template)).visit(spelling)
+    code = cst.Module(body=[]).code_for_node(tree)
+    filled = re.sub(
+        _PREFIX + r"([A-Z_][A-Z0-9_]*)",
+        lambda m: module.code_for_node(bindings[m.group(1)]),
+        code,
+    )
+    return _parse(filled), spelling.needed

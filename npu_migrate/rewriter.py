@@ -1,0 +1,536 @@
+"""The one-pass matcher and fixer: a libcst transformer that knows the match kinds, never the
+individual rules. Each node type consults only the rules indexed for it; every match becomes a
+Finding, and its fix is applied when the rule's applicability is enabled."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from npu_migrate.fixes import (
+    ImportPlan,
+    chain_source,
+    edit_keywords,
+    import_path,
+    renamed,
+    replace_expression,
+    substitute_string,
+)
+from npu_migrate.index import NameHit, RuleIndex, StringRule
+from npu_migrate.names import ImportTable, dotted_parts, module_name
+from npu_migrate.patterns import render
+from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, Rule
+
+_STRING = (cst.SimpleString, cst.FormattedString)
+_COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: Rule
+    line: int
+    column: int
+    end_line: int
+    code: str
+    replacement: str | None  # the fixed code; None when the rule is report-only
+    applied: bool
+
+
+def plan_imports(index: RuleIndex, table: ImportTable) -> ImportPlan:
+    """Decide every import rename up front, so uses anywhere in the file follow their import."""
+    plan = ImportPlan()
+    for statement in table.imports:
+        if isinstance(statement, cst.ImportFrom) and (
+            statement.relative or isinstance(statement.names, cst.ImportStar)
+        ):
+            continue
+        base = module_name(statement.module) + "." if isinstance(statement, cst.ImportFrom) else ""
+        for alias in statement.names:  # type: ignore[union-attr]
+            if isinstance(statement, cst.Import) and alias.asname is None:
+                continue  # `import a.b` binds `a`, which the rename leaves alone
+            new = _renamed_by(
+                index.names.lookup(base + module_name(alias.name), whole=True),
+                base + module_name(alias.name),
+            )
+            if new:
+                local = alias.evaluated_alias or alias.evaluated_name
+                plan.rename_binding(local, import_path(new), keep_local=alias.asname is not None)
+    return plan
+
+
+def _renamed_by(hit: NameHit | None, qualified: str) -> str | None:
+    if hit is None or hit.rule.fix is None or not hit.rule.fix.rename:
+        return None
+    return renamed(qualified, hit.rule.fix.rename)
+
+
+def _strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
+    """String literals that are the value of `expr`, looking through conditionals and sequences."""
+    if isinstance(expr, _STRING):
+        yield expr
+    elif isinstance(expr, cst.IfExp):
+        yield from _strings_in(expr.body)
+        yield from _strings_in(expr.orelse)
+    elif isinstance(expr, cst.BooleanOperation):
+        yield from _strings_in(expr.left)
+        yield from _strings_in(expr.right)
+    elif isinstance(expr, cst.Tuple | cst.List | cst.Set):
+        for element in expr.elements:
+            yield from _strings_in(element.value)
+
+
+def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:
+    """A literal's text; f-string fields read as '{}'. None for bytes."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in node.parts)
+
+
+def _glob(name: str, globs: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _names_match(qualified: str | None, patterns: list[str]) -> bool:
+    if qualified is None:
+        return False
+    return any(
+        qualified == p or (p.endswith(".*") and qualified.startswith(p[:-1])) for p in patterns
+    )
+
+
+class Rewriter(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(
+        self,
+        module: cst.Module,
+        index: RuleIndex,
+        enabled: set[Applicability],
+        table: ImportTable,
+        plan: ImportPlan,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.index = index
+        self.enabled = enabled
+        self.table = table
+        self.plan = plan
+        self.findings: list[Finding] = []
+        self.needed_imports: list[str] = []
+        self._not_references: set[cst.CSTNode] = set()
+        self._names: dict[cst.CSTNode, tuple[NameHit, list[str], str]] = {}
+        self._strings: dict[cst.CSTNode, Rule] = {}
+
+    # ------------------------------------------------------------ findings
+
+    def _found(
+        self,
+        rule: Rule,
+        original: cst.CSTNode,
+        updated: cst.CSTNode,
+        fixed: cst.CSTNode | None,
+        *extra_imports: str | None,
+    ) -> cst.CSTNode:
+        """Record a finding; return the fixed node when the rule's fix is enabled."""
+        position = self.get_metadata(PositionProvider, original)
+        code = self.module.code_for_node(original).strip()
+        replacement = self.module.code_for_node(fixed).strip() if fixed is not None else None
+        applied = fixed is not None and rule.applicability in self.enabled
+        self.findings.append(
+            Finding(
+                rule=rule,
+                line=position.start.line,
+                column=position.start.column + 1,
+                end_line=position.end.line,
+                code=code,
+                replacement=replacement,
+                applied=applied,
+            )
+        )
+        if not applied:
+            return updated
+        for name in [*(rule.fix.add_import if rule.fix else []), *extra_imports]:
+            if name and name not in self.needed_imports:
+                self.needed_imports.append(name)
+        return fixed  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ names that are not references
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_references.add(node.keyword)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_references.add(node.name)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_references.add(node.name)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._not_references.add(node.name)
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    # ------------------------------------------------------------ qualified names
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node not in self._not_references:
+            self._note_chain(node, [node.value])
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_references.add(node.attr)
+        if node in self._not_references:
+            return
+        parts = dotted_parts(node)
+        if parts is None:
+            return
+        inner: cst.BaseExpression = node.value
+        while isinstance(inner, cst.Attribute):
+            self._not_references.add(inner)
+            inner = inner.value
+        self._not_references.add(inner)
+        self._note_chain(node, parts)
+
+    def _note_chain(self, node: cst.CSTNode, parts: list[str]) -> None:
+        qualified = self.table.qualify(parts)
+        if qualified is None:
+            return
+        hit = self.index.names.lookup(qualified)
+        if hit is not None:
+            self._names[node] = (hit, parts, qualified)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._fix_chain(original, updated)
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        result = self._fix_chain(original, updated)
+        if result is not updated or not isinstance(updated, cst.Attribute):
+            return result
+        rules = self.index.attributes.get(updated.attr.value)
+        if rules:
+            rule = rules[0]
+            fixed = None
+            if rule.fix and rule.fix.rename:
+                new = rule.fix.rename.get(updated.attr.value)
+                fixed = updated.with_changes(attr=cst.Name(new)) if new else None
+            return self._found(rule, original, updated, fixed)  # type: ignore[return-value]
+        return updated
+
+    def _fix_chain(
+        self, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        noted = self._names.get(original)
+        if noted is None:
+            return updated
+        hit, parts, qualified = noted
+        fix = hit.rule.fix
+        if fix is None or not fix.rename:
+            return self._found(hit.rule, original, updated, None)  # type: ignore[return-value]
+        new_qualified = renamed(qualified, fix.rename)
+        if new_qualified is None:
+            return self._found(hit.rule, original, updated, None)  # type: ignore[return-value]
+        source, extra = chain_source(parts, new_qualified, self.table, self.plan)
+        if source == ".".join(parts):
+            return updated  # its import carries the change (and the finding)
+        fixed = replace_expression(updated, source)
+        return self._found(hit.rule, original, updated, fixed, extra)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ imports
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
+        names = []
+        for alias in updated.names:
+            qualified = module_name(alias.name)
+            self._report_import(original, qualified)
+            hit = self.index.names.lookup(qualified, whole=True)
+            if hit is not None:
+                new = _renamed_by(hit, qualified)
+                fixed_alias = (
+                    alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None
+                )
+                fixed = (
+                    updated.with_changes(
+                        names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+                    )
+                    if fixed_alias
+                    else None
+                )
+                self._found(hit.rule, original, updated, fixed)
+                if fixed_alias and hit.rule.applicability in self.enabled:
+                    alias = fixed_alias
+            names.append(alias)
+        return updated.with_changes(names=names)
+
+    def leave_ImportFrom(
+        self, original: cst.ImportFrom, updated: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.FlattenSentinel[cst.ImportFrom]:
+        if updated.relative or isinstance(updated.names, cst.ImportStar):
+            if not updated.relative:
+                self._report_import(original, module_name(updated.module))
+            return updated
+        base = module_name(updated.module)
+        self._report_import(original, base)
+        groups: dict[str, list[cst.ImportAlias]] = {}
+        for alias in updated.names:
+            qualified = f"{base}.{alias.evaluated_name}"
+            hit = self.index.names.lookup(qualified, whole=True)
+            new = _renamed_by(hit, qualified)
+            target = (base, alias)
+            if hit and new:
+                module, _, name = import_path(new).rpartition(".")
+                fixed_alias = alias.with_changes(name=cst.Name(name))
+                single = updated.with_changes(
+                    module=cst.parse_expression(module),
+                    names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)],
+                )
+                self._found(hit.rule, original, updated, single)
+                if hit.rule.applicability in self.enabled:
+                    target = (module, fixed_alias)
+            elif hit:
+                self._found(hit.rule, original, updated, None)
+            groups.setdefault(target[0], []).append(target[1])
+        if list(groups) == [base]:
+            return updated
+        statements = []
+        for module, aliases in groups.items():
+            aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            statements.append(
+                updated.with_changes(module=cst.parse_expression(module), names=aliases)
+            )
+        return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+
+    def _report_import(self, statement: cst.Import | cst.ImportFrom, module: str) -> None:
+        hit = self.index.imports.lookup(module)
+        if hit is not None:
+            self._found(hit.rule, statement, statement, None)
+
+    # ------------------------------------------------------------ calls and methods
+
+    def visit_Call(self, node: cst.Call) -> None:
+        callee = self._callee(node)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+        for string_rule in self.index.strings:
+            for where in string_rule.where:
+                place = where.argument
+                if place is None or not self._callee_is(place, callee, method):
+                    continue
+                for value in self._arguments(node, place):
+                    self._mark(string_rule, value)
+
+    def _callee(self, node: cst.Call) -> str | None:
+        parts = dotted_parts(node.func)
+        return self.table.qualify(parts) if parts else None
+
+    @staticmethod
+    def _callee_is(place: Argument, callee: str | None, method: str | None) -> bool:
+        if "*" in place.of or (method and f".{method}" in place.of):
+            return True
+        return _names_match(callee, place.of)
+
+    @staticmethod
+    def _arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in place.keyword:
+                yield arg.value
+        indexes = {place.signature.index(k) for k in place.keyword if k in place.signature}
+        if place.position is not None:
+            indexes.add(place.position)
+        for i in sorted(indexes):
+            if i < len(positional):
+                yield positional[i].value
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        result: cst.BaseExpression = updated
+        if isinstance(updated.func, cst.Attribute):
+            rules = self.index.methods.get(updated.func.attr.value)
+            receiver = (
+                dotted_parts(original.func.value)
+                if isinstance(original.func, cst.Attribute)
+                else None
+            )
+            if rules and not (receiver and self.table.qualify(receiver)):
+                rule = rules[0]
+                fixed = None
+                if rule.fix and rule.fix.rename and updated.func.attr.value in rule.fix.rename:
+                    new_func = updated.func.with_changes(
+                        attr=cst.Name(rule.fix.rename[updated.func.attr.value])
+                    )
+                    fixed = updated.with_changes(func=new_func)
+                result = self._found(rule, original, updated, fixed)  # type: ignore[assignment]
+        callee = self._callee(original)
+        hit = self.index.calls.lookup(callee, whole=True) if callee else None
+        if hit and isinstance(result, cst.Call) and self._conditions_hold(original, hit.rule.match):  # type: ignore[arg-type]
+            fix = hit.rule.fix
+            fixed = None
+            if fix and fix.keywords:
+                fixed = edit_keywords(result, fix.keywords)
+            elif fix and fix.rename and callee:
+                parts = dotted_parts(original.func) or []
+                new = renamed(callee, fix.rename)
+                if new:
+                    source, _ = chain_source(parts, new, self.table, self.plan)
+                    fixed = result.with_changes(func=replace_expression(result.func, source))
+            result = self._found(hit.rule, original, result, fixed)  # type: ignore[assignment]
+        return result
+
+    def _conditions_hold(self, node: cst.Call, match: CallMatch) -> bool:
+        if not match.args:
+            return True
+        unknown = any(a.star for a in node.args)
+        for param, condition in match.args.items():
+            place = Argument(of=["*"], keyword=[param], signature=match.signature)
+            values = list(self._arguments(node, place))
+            if not self._condition_holds(values, condition, unknown):
+                return False
+        return True
+
+    def _condition_holds(
+        self, values: list[cst.BaseExpression], condition: ArgCondition, unknown: bool
+    ) -> bool:
+        if condition.present is not None:
+            if condition.present != bool(values) and not (
+                unknown and not values and not condition.present
+            ):
+                return False
+            if unknown and not values and not condition.present:
+                return False  # **kwargs may carry it: cannot prove absence
+        if condition.string is not None:
+            texts = [static_text(s) for v in values for s in _strings_in(v)]
+            if not any(t is not None and _full(condition.string, t) for t in texts):
+                return False
+        if condition.name is not None:
+            names = [self.table.qualify(p) for v in values if (p := dotted_parts(v))]
+            if not any(_names_match(n, condition.name) for n in names):
+                return False
+        return True
+
+    # ------------------------------------------------------------ strings in their contexts
+
+    def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
+        for string in _strings_in(value):
+            text = static_text(string)
+            if text is not None and string_rule.regex.fullmatch(text):
+                self._strings.setdefault(string, string_rule.rule)
+
+    def _mark_where(self, kind: str, value: cst.BaseExpression | None, accept) -> None:
+        if value is None:
+            return
+        for string_rule in self.index.strings:
+            for where in string_rule.where:
+                spec = getattr(where, kind)
+                if spec is not None and accept(spec):
+                    self._mark(string_rule, value)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(t.comparator for t in node.comparisons)]
+        for i, target in enumerate(node.comparisons):
+            if not isinstance(target.operator, _COMPARE_OPS):
+                continue
+            left, right = operands[i], operands[i + 1]
+            for value, other in ((left, right), (right, left)):
+                if isinstance(other, _STRING):
+                    continue
+                text = self.module.code_for_node(other)
+                self._mark_where("compare", value, lambda globs, t=text: _glob(t, globs))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._mark_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._mark_assignment(node.target, node.value)
+
+    def _mark_assignment(
+        self, target: cst.BaseExpression, value: cst.BaseExpression | None
+    ) -> None:
+        name = (
+            target.attr.value
+            if isinstance(target, cst.Attribute)
+            else getattr(target, "value", None)
+        )
+        if isinstance(name, str):
+            self._mark_where("assign", value, lambda globs: _glob(name, globs))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_references.add(node.name)
+        self._mark_where("param", node.default, lambda globs: _glob(node.name.value, globs))
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if isinstance(node.key, cst.SimpleString) and isinstance(node.key.evaluated_value, str):
+            key = node.key.evaluated_value
+            self._mark_where("key", node.value, lambda globs: _glob(key, globs))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        parts = dotted_parts(node.value)
+        mapping = self.table.qualify(parts) if parts else None
+        if (
+            mapping is None
+            or len(node.slice) != 1
+            or not isinstance(node.slice[0].slice, cst.Index)
+        ):
+            return
+        index = node.slice[0].slice.value
+        self._mark_where("subscript", index, lambda names: _names_match(mapping, names))
+
+    def leave_SimpleString(
+        self, original: cst.SimpleString, updated: cst.SimpleString
+    ) -> cst.BaseExpression:
+        return self._fix_string(original, updated)
+
+    def leave_FormattedString(
+        self, original: cst.FormattedString, updated: cst.FormattedString
+    ) -> cst.BaseExpression:
+        return self._fix_string(original, updated)
+
+    def _fix_string(self, original, updated):
+        rule = self._strings.get(original)
+        if rule is None:
+            return updated
+        fixed = (
+            substitute_string(updated, rule.fix.substitute)
+            if rule.fix and rule.fix.substitute
+            else None
+        )
+        return self._found(rule, original, updated, fixed)
+
+    # ------------------------------------------------------------ code patterns
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        result = super().on_leave(original_node, updated_node)
+        candidates = self.index.patterns.get(type(original_node))
+        if not candidates or type(result) is not type(original_node):
+            return result
+        for rule, pattern in candidates:
+            bindings = pattern.match(result, self.table.qualify)  # type: ignore[arg-type]
+            if bindings is None:
+                continue
+            fixed, needed = None, []
+            if rule.fix and rule.fix.template:
+                fixed, needed = render(rule.fix.template, bindings, self.module, self.table.spell)
+                if isinstance(result, cst.BaseExpression) and isinstance(fixed, cst.BaseExpression):
+                    fixed = fixed.with_changes(lpar=result.lpar, rpar=result.rpar)
+            return self._found(rule, original_node, result, fixed, *needed)
+        return result
+
+
+def _full(regex: str, text: str) -> bool:
+    return re.fullmatch(regex, text) is not None
