@@ -4,11 +4,12 @@ expressions, and keyword arguments stay keywords."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import libcst as cst
 
 from npu_migrate.names import ImportTable
-from npu_migrate.ruleset import KeywordEdit, Substitute
+from npu_migrate.ruleset import KeywordEdit, Rule, Substitute
 
 # torch.npu is registered by torch_npu as an alias module; its submodules are only importable
 # under their real package, so import statements name torch_npu.npu.<sub> instead.
@@ -31,15 +32,19 @@ def renamed(qualified: str, mapping: dict[str, str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class PlannedImport:
+    target: str  # the qualified name the local name will be bound to
+    local: str  # the local name after the rewrite
+    rule: Rule
+
+
+@dataclass
 class ImportPlan:
-    """How a rule rewrites the names a file imports, decided before the rewrite so that every
+    """How rules rewrite the names a file imports, decided before the rewrite so that every
     use of an imported name agrees with its (possibly renamed) import."""
 
-    def __init__(self) -> None:
-        self.locals: dict[str, tuple[str, str]] = {}  # local name -> (new target, new local)
-
-    def rename_binding(self, local: str, new_target: str, keep_local: bool) -> None:
-        self.locals[local] = (new_target, local if keep_local else new_target.rsplit(".", 1)[-1])
+    locals: dict[str, PlannedImport] = field(default_factory=dict)
 
 
 def chain_source(
@@ -49,7 +54,7 @@ def chain_source(
     module that must then be imported (None when the file's imports already provide it)."""
     head = parts[0]
     if head in plan.locals:
-        target, local = plan.locals[head]
+        target, local = plan.locals[head].target, plan.locals[head].local
         for candidate in (new_qualified, import_path(new_qualified)):
             if candidate == target or candidate.startswith(target + "."):
                 return local + candidate[len(target) :], None
@@ -64,17 +69,22 @@ def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression
     return new.with_changes(lpar=old.lpar, rpar=old.rpar)
 
 
+def _substituted(text: str, edits: list[Substitute]) -> str:
+    for edit in edits:
+        text = re.sub(edit.pattern, edit.to, text)
+    return text
+
+
 def substitute_string(
-    node: cst.SimpleString | cst.FormattedString, edit: Substitute
+    node: cst.SimpleString | cst.FormattedString, edits: list[Substitute]
 ) -> cst.SimpleString | cst.FormattedString:
-    regex = re.compile(edit.pattern)
     if isinstance(node, cst.SimpleString):
         quote = node.quote
         start = len(node.prefix) + len(quote)
         inner = node.value[start : len(node.value) - len(quote)]
-        return node.with_changes(value=node.value[:start] + regex.sub(edit.to, inner) + quote)
+        return node.with_changes(value=node.value[:start] + _substituted(inner, edits) + quote)
     parts = [
-        part.with_changes(value=regex.sub(edit.to, part.value))
+        part.with_changes(value=_substituted(part.value, edits))
         if isinstance(part, cst.FormattedStringText)
         else part
         for part in node.parts

@@ -14,6 +14,7 @@ from libcst.metadata import PositionProvider
 
 from npu_migrate.fixes import (
     ImportPlan,
+    PlannedImport,
     chain_source,
     edit_keywords,
     import_path,
@@ -42,7 +43,11 @@ class Finding:
 
 
 def plan_imports(index: RuleIndex, table: ImportTable) -> ImportPlan:
-    """Decide every import rename up front, so uses anywhere in the file follow their import."""
+    """Decide every import rename up front, so uses anywhere in the file follow their import.
+
+    An imported function renamed exactly (`is_nccl_available`) takes its new name everywhere; an
+    imported namespace keeps its local name (`... import mstx as nvtx`), because members the
+    rules leave alone must still resolve through it."""
     plan = ImportPlan()
     for statement in table.imports:
         if isinstance(statement, cst.ImportFrom) and (
@@ -53,13 +58,14 @@ def plan_imports(index: RuleIndex, table: ImportTable) -> ImportPlan:
         for alias in statement.names:  # type: ignore[union-attr]
             if isinstance(statement, cst.Import) and alias.asname is None:
                 continue  # `import a.b` binds `a`, which the rename leaves alone
-            new = _renamed_by(
-                index.names.lookup(base + module_name(alias.name), whole=True),
-                base + module_name(alias.name),
-            )
-            if new:
+            qualified = base + module_name(alias.name)
+            hit = index.names.lookup(qualified, whole=True)
+            new = _renamed_by(hit, qualified)
+            if hit and new:
+                exact = hit.specificity % 2 == 1
                 local = alias.evaluated_alias or alias.evaluated_name
-                plan.rename_binding(local, import_path(new), keep_local=alias.asname is not None)
+                new_local = local if alias.asname or not exact else new.rsplit(".", 1)[-1]
+                plan.locals[local] = PlannedImport(import_path(new), new_local, hit.rule)
     return plan
 
 
@@ -290,31 +296,31 @@ class Rewriter(cst.CSTTransformer):
         self._report_import(original, base)
         groups: dict[str, list[cst.ImportAlias]] = {}
         for alias in updated.names:
-            qualified = f"{base}.{alias.evaluated_name}"
-            hit = self.index.names.lookup(qualified, whole=True)
-            new = _renamed_by(hit, qualified)
-            target = (base, alias)
-            if hit and new:
-                module, _, name = import_path(new).rpartition(".")
-                fixed_alias = alias.with_changes(name=cst.Name(name))
+            module, new_alias = base, alias
+            planned = self.plan.locals.get(alias.evaluated_alias or alias.evaluated_name)
+            hit = self.index.names.lookup(f"{base}.{alias.evaluated_name}", whole=True)
+            if planned is not None:
+                module, _, name = planned.target.rpartition(".")
+                as_name = cst.AsName(name=cst.Name(planned.local)) if planned.local != name else None
+                fixed_alias = alias.with_changes(name=cst.Name(name), asname=as_name)
                 single = updated.with_changes(
                     module=cst.parse_expression(module),
                     names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)],
                 )
-                self._found(hit.rule, original, updated, single)
-                if hit.rule.applicability in self.enabled:
-                    target = (module, fixed_alias)
-            elif hit:
+                self._found(planned.rule, original, updated, single)
+                if planned.rule.applicability in self.enabled:
+                    new_alias = fixed_alias
+                else:
+                    module = base
+            elif hit is not None:
                 self._found(hit.rule, original, updated, None)
-            groups.setdefault(target[0], []).append(target[1])
+            groups.setdefault(module, []).append(new_alias)
         if list(groups) == [base]:
-            return updated
+            return updated.with_changes(names=groups[base])
         statements = []
         for module, aliases in groups.items():
             aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            statements.append(
-                updated.with_changes(module=cst.parse_expression(module), names=aliases)
-            )
+            statements.append(updated.with_changes(module=cst.parse_expression(module), names=aliases))
         return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
 
     def _report_import(self, statement: cst.Import | cst.ImportFrom, module: str) -> None:
@@ -331,6 +337,8 @@ class Rewriter(cst.CSTTransformer):
             for where in string_rule.where:
                 place = where.argument
                 if place is None or not self._callee_is(place, callee, method):
+                    continue
+                if not self._conditions_hold(node, place.when, place.signature):
                     continue
                 for value in self._arguments(node, place):
                     self._mark(string_rule, value)
@@ -378,7 +386,7 @@ class Rewriter(cst.CSTTransformer):
                 result = self._found(rule, original, updated, fixed)  # type: ignore[assignment]
         callee = self._callee(original)
         hit = self.index.calls.lookup(callee, whole=True) if callee else None
-        if hit and isinstance(result, cst.Call) and self._conditions_hold(original, hit.rule.match):  # type: ignore[arg-type]
+        if hit and isinstance(result, cst.Call) and self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature):  # type: ignore[arg-type]
             fix = hit.rule.fix
             fixed = None
             if fix and fix.keywords:
@@ -392,12 +400,14 @@ class Rewriter(cst.CSTTransformer):
             result = self._found(hit.rule, original, result, fixed)  # type: ignore[assignment]
         return result
 
-    def _conditions_hold(self, node: cst.Call, match: CallMatch) -> bool:
-        if not match.args:
+    def _conditions_hold(
+        self, node: cst.Call, conditions: dict[str, ArgCondition], signature: list[str]
+    ) -> bool:
+        if not conditions:
             return True
         unknown = any(a.star for a in node.args)
-        for param, condition in match.args.items():
-            place = Argument(of=["*"], keyword=[param], signature=match.signature)
+        for param, condition in conditions.items():
+            place = Argument(of=["*"], keyword=[param], signature=signature)
             values = list(self._arguments(node, place))
             if not self._condition_holds(values, condition, unknown):
                 return False
@@ -407,12 +417,10 @@ class Rewriter(cst.CSTTransformer):
         self, values: list[cst.BaseExpression], condition: ArgCondition, unknown: bool
     ) -> bool:
         if condition.present is not None:
-            if condition.present != bool(values) and not (
-                unknown and not values and not condition.present
-            ):
+            if condition.present != bool(values):
                 return False
-            if unknown and not values and not condition.present:
-                return False  # **kwargs may carry it: cannot prove absence
+            if not condition.present and unknown:
+                return False  # *args or **kwargs may carry it: absence cannot be proven
         if condition.string is not None:
             texts = [static_text(s) for v in values for s in _strings_in(v)]
             if not any(t is not None and _full(condition.string, t) for t in texts):

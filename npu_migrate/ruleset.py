@@ -45,6 +45,16 @@ class Severity(str, Enum):
 # ---------------------------------------------------------------- argument positions
 
 
+class ArgCondition(Strict):
+    """A condition on one argument of a matched call."""
+
+    string: str | None = Field(default=None, description="Regex the string value must match.")
+    name: list[str] | None = Field(
+        default=None, description="Qualified names the value must resolve to."
+    )
+    present: bool | None = Field(default=None, description="Whether the argument must be given.")
+
+
 class Argument(Strict):
     """Where an argument sits in a call: by keyword name (also found positionally through
     `signature`) or by position."""
@@ -60,22 +70,16 @@ class Argument(Strict):
         description="The callee's positional parameter names, so a parameter passed positionally "
         "is found by name.",
     )
+    when: dict[str, ArgCondition] = Field(
+        default_factory=dict,
+        description="Conditions on the call's other arguments, by parameter name (see signature).",
+    )
 
     @model_validator(mode="after")
     def _needs_a_place(self) -> Argument:
         if not self.keyword and self.position is None:
             raise ValueError("an argument needs 'keyword' or 'position'")
         return self
-
-
-class ArgCondition(Strict):
-    """A condition on one argument of a matched call."""
-
-    string: str | None = Field(default=None, description="Regex the string value must match.")
-    name: list[str] | None = Field(
-        default=None, description="Qualified names the value must resolve to."
-    )
-    present: bool | None = Field(default=None, description="Whether the argument must be given.")
 
 
 # ---------------------------------------------------------------- match kinds
@@ -212,7 +216,9 @@ class Fix(Strict):
     template: str | None = Field(
         default=None, description="Replacement code; $NAME inserts what a metavariable matched."
     )
-    substitute: Substitute | None = None
+    substitute: list[Substitute] | None = Field(
+        default=None, description="Regex replacements applied in order to a string literal's text."
+    )
     keywords: KeywordEdit | None = None
     add_import: list[str] = Field(
         default_factory=lambda: ["torch_npu"],
@@ -295,7 +301,8 @@ class Rule(Strict):
 class RuleFile(Strict):
     category: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
     codes: str = Field(
-        pattern=r"^NPU\dxx$", description="The block of codes this file owns, e.g. NPU1xx."
+        pattern=r"^NPU\d(xx|\dx)$",
+        description="The block of codes this file owns: NPU1xx (100-199) or NPU90x (900-909).",
     )
     description: str
     rules: Annotated[list[Rule], Field(min_length=1)]
@@ -303,7 +310,7 @@ class RuleFile(Strict):
     @model_validator(mode="after")
     def _codes_in_block(self) -> RuleFile:
         for rule in self.rules:
-            if not rule.code.startswith(self.codes[:4]):
+            if not rule.code.startswith(self.codes.rstrip("x")):
                 raise ValueError(f"rule {rule.code} lies outside this file's block {self.codes}")
         return self
 
