@@ -29,7 +29,16 @@ def run_rules(
 ) -> list[FileOutcome]:
     outcomes = []
     for file in files:
-        result = SourceResult() if file.data is None else migrate_source(file.data, index, enabled)
-        outcomes.append(FileOutcome(file, result))
+        outcomes.append(FileOutcome(file, _migrate(file, index, enabled)))
         advance()
     return outcomes
+
+
+def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> SourceResult:
+    """One file's result; a failure inside the engine is that file's error, not the run's."""
+    if file.data is None:
+        return SourceResult()
+    try:
+        return migrate_source(file.data, index, enabled)
+    except Exception as exc:  # an engine bug must not cost the user the other files
+        return SourceResult(error=f"internal error, file left untouched: {type(exc).__name__}: {exc}")

@@ -32,8 +32,8 @@ app = typer.Typer(
 rules_app = typer.Typer(help="List, explain and test the migration rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Format(str, Enum):
@@ -86,9 +86,7 @@ def _progress(total: int) -> Iterator:
         yield lambda: progress.advance(task)
 
 
-def _run(
-    files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability]
-) -> list[FileOutcome]:
+def _run(files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability]) -> list[FileOutcome]:
     with _progress(len(files)) as advance:
         return run_rules(files, RuleIndex(rules), enabled, advance)
 
@@ -105,9 +103,7 @@ def scan(
     summary = report.Summary.of(outcomes)
     if format is Format.json:
         findings = [report.finding_dict(d, f) for d, f in report.all_findings(outcomes)]
-        sys.stdout.write(
-            json.dumps({"findings": findings, "summary": summary.as_dict()}, indent=2) + "\n"
-        )
+        sys.stdout.write(json.dumps({"findings": findings, "summary": summary.as_dict()}, indent=2) + "\n")
     else:
         report.print_findings(out, report.all_findings(outcomes))
         report.print_summary(out, summary)
@@ -119,13 +115,9 @@ def apply(
     paths: PathsArgument,
     out_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--out", help="Write a migrated copy of the (single) folder here instead of in place."
-        ),
+        typer.Option("--out", help="Write a migrated copy of the (single) folder here instead of in place."),
     ] = None,
-    diff: Annotated[
-        bool, typer.Option("--diff", help="Print a unified diff of every change.")
-    ] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of every change.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
     unsafe: Annotated[
         bool, typer.Option("--unsafe", help="Also apply fixes that may change behaviour.")
@@ -222,9 +214,7 @@ def rules_show(code: str, rules: RulesOption = None) -> None:
     out.print("[bold]Example[/]")
     if example.before:
         out.print(
-            escape(example.before.rstrip())
-            + "\n[dim]# becomes[/]\n"
-            + escape((example.after or "").rstrip())
+            escape(example.before.rstrip()) + "\n[dim]# becomes[/]\n" + escape((example.after or "").rstrip())
         )
     else:
         out.print(escape((example.flagged or example.ok or "").rstrip()))

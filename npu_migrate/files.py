@@ -76,16 +76,13 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             dirs[:] = sorted(
                 d
                 for d in dirs
-                if d not in SKIP_DIRS
-                and not (ignore and ignore.match_file(f"{(rel_here / d).as_posix()}/"))
+                if d not in SKIP_DIRS and not (ignore and ignore.match_file(f"{(rel_here / d).as_posix()}/"))
             )
             for name in sorted(names):
                 rel = (rel_here / name).as_posix()
                 if not name.endswith(".py") or (ignore and ignore.match_file(rel)):
                     continue
-                found.append(
-                    _load(here / name, str(top / rel) if str(top) != "." else rel, top, max_bytes)
-                )
+                found.append(_load(here / name, str(top / rel) if str(top) != "." else rel, top, max_bytes))
     return found
 
 

@@ -118,9 +118,7 @@ def edit_keywords(call: cst.Call, edit: KeywordEdit) -> cst.Call:
     return call.with_changes(args=_fix_commas(args, call.args))
 
 
-def _fix_commas(
-    args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]
-) -> list[cst.Arg]:
+def _fix_commas(args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
     """Every argument but the last needs a comma; the last keeps the original's trailing style."""
     trailing = original[-1].comma if original else cst.MaybeSentinel.DEFAULT
     fixed = []

@@ -12,7 +12,7 @@ import libcst as cst
 
 from npu_migrate.names import dotted_parts
 
-_METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
+METAVARIABLE = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
 _PREFIX = "__mv_"
 _IGNORED = (
     cst.SimpleWhitespace,
@@ -55,7 +55,7 @@ class Pattern:
 
     @classmethod
     def compile(cls, source: str) -> Pattern:
-        return cls(source, _parse(_METAVAR.sub(lambda m: _PREFIX + m.group(1), source)))
+        return cls(source, _parse(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), source)))
 
     @property
     def root_type(self) -> type[cst.CSTNode]:
@@ -121,9 +121,7 @@ class _Spelling(cst.CSTTransformer):
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         return dotted_parts(node) is None
 
-    def leave_Attribute(
-        self, original: cst.Attribute, updated: cst.Attribute
-    ) -> cst.BaseExpression:
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         parts = dotted_parts(original)
         if parts is None or any(p.startswith(_PREFIX) for p in parts):
             return updated
@@ -138,11 +136,11 @@ def render(
 ) -> tuple[cst.CSTNode, list[str]]:
     """Fill a fix template with the code each metavariable matched; qualified names in the
     template are spelled through the file's imports. Returns the node and modules to import."""
-    for name in _METAVAR.findall(template):
+    for name in METAVARIABLE.findall(template):
         if name not in bindings:
             raise ValueError(f"template uses ${name}, which the pattern does not bind")
     spelling = _Spelling(spell)
-    tree = _parse(_METAVAR.sub(lambda m: _PREFIX + m.group(1), template)).visit(spelling)
+    tree = _parse(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), template)).visit(spelling)
     code = cst.Module(body=[]).code_for_node(tree)
     filled = re.sub(
         _PREFIX + r"([A-Z_][A-Z0-9_]*)",

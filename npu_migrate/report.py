@@ -6,6 +6,7 @@ import csv
 import difflib
 import io
 import json
+import tokenize
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,7 @@ CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Mess
 
 
 def message(finding: Finding) -> str:
-    return finding.rule.message.replace(
-        "{match}", finding.code.splitlines()[0] if finding.code else ""
-    )
+    return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
 
 
 @dataclass(frozen=True)
@@ -114,9 +113,7 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         rule = finding.rule
         where = f"{display}:{finding.line}:{finding.column}"
         fix = rule.applicability.value if finding.replacement is not None else "manual"
-        line = (
-            f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {_escape(message(finding))}"
-        )
+        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {_escape(message(finding))}"
         if finding.replacement is not None:
             line += f" [green]→ {_escape(finding.replacement.splitlines()[0])}[/]"
         console.print(line, highlight=False, soft_wrap=True)
@@ -128,9 +125,7 @@ def _escape(text: str) -> str:
 
 def print_summary(console: Console, summary: Summary) -> None:
     for display, error in summary.errors:
-        console.print(
-            f"[red]error[/] {display}: {_escape(error)} (file left untouched)", highlight=False
-        )
+        console.print(f"[red]error[/] {display}: {_escape(error)} (file left untouched)", highlight=False)
     for display, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {display}: {reason}", highlight=False)
     if not summary.findings:
@@ -206,12 +201,14 @@ def write_change_list(path: Path, outcomes: list[FileOutcome]) -> tuple[Path, Pa
     return csv_path, json_path
 
 
+def _lines(data: bytes) -> list[str]:
+    """Source bytes as lines, decoded the way Python would (coding line, BOM)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding, errors="replace").splitlines(keepends=True)
+
+
 def unified_diff(outcome: FileOutcome) -> str:
-    old = (outcome.file.data or b"").decode("utf-8", errors="replace").splitlines(keepends=True)
-    new = (
-        (outcome.result.new_source or b"")
-        .decode("utf-8", errors="replace")
-        .splitlines(keepends=True)
-    )
+    old = _lines(outcome.file.data or b"")
+    new = _lines(outcome.result.new_source or b"")
     name = outcome.file.display
     return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))

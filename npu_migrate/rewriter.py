@@ -25,7 +25,7 @@ from npu_migrate.fixes import (
 from npu_migrate.index import NameHit, RuleIndex, StringRule
 from npu_migrate.names import ImportTable, dotted_parts, module_name
 from npu_migrate.patterns import render
-from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, Rule
+from npu_migrate.ruleset import Applicability, ArgCondition, Argument, Rule
 
 _STRING = (cst.SimpleString, cst.FormattedString)
 _COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
@@ -75,6 +75,27 @@ def _renamed_by(hit: NameHit | None, qualified: str) -> str | None:
     return renamed(qualified, hit.rule.fix.rename)
 
 
+def _regroup(
+    statement: cst.ImportFrom, base: str, planned: list[PlannedImport | None]
+) -> cst.ImportFrom | cst.FlattenSentinel[cst.ImportFrom]:
+    """The from-import with each planned alias moved to its new module (one statement per
+    module, in order of first appearance)."""
+    groups: dict[str, list[cst.ImportAlias]] = {}
+    for alias, plan in zip(statement.names, planned, strict=True):  # type: ignore[arg-type]
+        module = base
+        if plan is not None:
+            module, _, name = plan.target.rpartition(".")
+            as_name = cst.AsName(name=cst.Name(plan.local)) if plan.local != name else None
+            alias = alias.with_changes(name=cst.Name(name), asname=as_name)
+        groups.setdefault(module, []).append(alias)
+    statements = []
+    for module, aliases in groups.items():
+        aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        new_module = statement.module if module == base else cst.parse_expression(module)
+        statements.append(statement.with_changes(module=new_module, names=aliases))
+    return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+
+
 def _strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
     """String literals that are the value of `expr`, looking through conditionals and sequences."""
     if isinstance(expr, _STRING):
@@ -105,9 +126,7 @@ def _glob(name: str, globs: list[str]) -> bool:
 def _names_match(qualified: str | None, patterns: list[str]) -> bool:
     if qualified is None:
         return False
-    return any(
-        qualified == p or (p.endswith(".*") and qualified.startswith(p[:-1])) for p in patterns
-    )
+    return any(qualified == p or (p.endswith(".*") and qualified.startswith(p[:-1])) for p in patterns)
 
 
 class Rewriter(cst.CSTTransformer):
@@ -140,13 +159,17 @@ class Rewriter(cst.CSTTransformer):
         rule: Rule,
         original: cst.CSTNode,
         updated: cst.CSTNode,
-        fixed: cst.CSTNode | None,
+        fixed: cst.CSTNode | cst.FlattenSentinel | None,
         *extra_imports: str | None,
     ) -> cst.CSTNode:
         """Record a finding; return the fixed node when the rule's fix is enabled."""
         position = self.get_metadata(PositionProvider, original)
         code = self.module.code_for_node(original).strip()
-        replacement = self.module.code_for_node(fixed).strip() if fixed is not None else None
+        replacement = None
+        if isinstance(fixed, cst.FlattenSentinel):
+            replacement = "; ".join(self.module.code_for_node(n).strip() for n in fixed.nodes)
+        elif fixed is not None:
+            replacement = self.module.code_for_node(fixed).strip()
         applied = fixed is not None and rule.applicability in self.enabled
         self.findings.append(
             Finding(
@@ -224,9 +247,7 @@ class Rewriter(cst.CSTTransformer):
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._fix_chain(original, updated)
 
-    def leave_Attribute(
-        self, original: cst.Attribute, updated: cst.Attribute
-    ) -> cst.BaseExpression:
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         result = self._fix_chain(original, updated)
         if result is not updated or not isinstance(updated, cst.Attribute):
             return result
@@ -240,9 +261,7 @@ class Rewriter(cst.CSTTransformer):
             return self._found(rule, original, updated, fixed)  # type: ignore[return-value]
         return updated
 
-    def _fix_chain(
-        self, original: cst.BaseExpression, updated: cst.BaseExpression
-    ) -> cst.BaseExpression:
+    def _fix_chain(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
         noted = self._names.get(original)
         if noted is None:
             return updated
@@ -269,13 +288,9 @@ class Rewriter(cst.CSTTransformer):
             hit = self.index.names.lookup(qualified, whole=True)
             if hit is not None:
                 new = _renamed_by(hit, qualified)
-                fixed_alias = (
-                    alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None
-                )
+                fixed_alias = alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None
                 fixed = (
-                    updated.with_changes(
-                        names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-                    )
+                    updated.with_changes(names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
                     if fixed_alias
                     else None
                 )
@@ -294,34 +309,20 @@ class Rewriter(cst.CSTTransformer):
             return updated
         base = module_name(updated.module)
         self._report_import(original, base)
-        groups: dict[str, list[cst.ImportAlias]] = {}
+        planned: list[PlannedImport | None] = []
         for alias in updated.names:
-            module, new_alias = base, alias
-            planned = self.plan.locals.get(alias.evaluated_alias or alias.evaluated_name)
+            planned.append(self.plan.locals.get(alias.evaluated_alias or alias.evaluated_name))
             hit = self.index.names.lookup(f"{base}.{alias.evaluated_name}", whole=True)
-            if planned is not None:
-                module, _, name = planned.target.rpartition(".")
-                as_name = cst.AsName(name=cst.Name(planned.local)) if planned.local != name else None
-                fixed_alias = alias.with_changes(name=cst.Name(name), asname=as_name)
-                single = updated.with_changes(
-                    module=cst.parse_expression(module),
-                    names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)],
-                )
-                self._found(planned.rule, original, updated, single)
-                if planned.rule.applicability in self.enabled:
-                    new_alias = fixed_alias
-                else:
-                    module = base
-            elif hit is not None:
+            if planned[-1] is None and hit is not None:
                 self._found(hit.rule, original, updated, None)
-            groups.setdefault(module, []).append(new_alias)
-        if list(groups) == [base]:
-            return updated.with_changes(names=groups[base])
-        statements = []
-        for module, aliases in groups.items():
-            aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            statements.append(updated.with_changes(module=cst.parse_expression(module), names=aliases))
-        return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+        rules = list({p.rule.code: p.rule for p in planned if p is not None}.values())
+        if not rules:
+            return updated
+        proposed = _regroup(updated, base, planned)
+        for rule in rules:
+            self._found(rule, original, updated, proposed)
+        enabled = [p if p is not None and p.rule.applicability in self.enabled else None for p in planned]
+        return _regroup(updated, base, enabled)
 
     def _report_import(self, statement: cst.Import | cst.ImportFrom, module: str) -> None:
         hit = self.index.imports.lookup(module)
@@ -370,11 +371,7 @@ class Rewriter(cst.CSTTransformer):
         result: cst.BaseExpression = updated
         if isinstance(updated.func, cst.Attribute):
             rules = self.index.methods.get(updated.func.attr.value)
-            receiver = (
-                dotted_parts(original.func.value)
-                if isinstance(original.func, cst.Attribute)
-                else None
-            )
+            receiver = dotted_parts(original.func.value) if isinstance(original.func, cst.Attribute) else None
             if rules and not (receiver and self.table.qualify(receiver)):
                 rule = rules[0]
                 fixed = None
@@ -386,7 +383,11 @@ class Rewriter(cst.CSTTransformer):
                 result = self._found(rule, original, updated, fixed)  # type: ignore[assignment]
         callee = self._callee(original)
         hit = self.index.calls.lookup(callee, whole=True) if callee else None
-        if hit and isinstance(result, cst.Call) and self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature):  # type: ignore[arg-type]
+        if (
+            hit
+            and isinstance(result, cst.Call)
+            and self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature)
+        ):  # type: ignore[arg-type]
             fix = hit.rule.fix
             fixed = None
             if fix and fix.keywords:
@@ -467,14 +468,8 @@ class Rewriter(cst.CSTTransformer):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._mark_assignment(node.target, node.value)
 
-    def _mark_assignment(
-        self, target: cst.BaseExpression, value: cst.BaseExpression | None
-    ) -> None:
-        name = (
-            target.attr.value
-            if isinstance(target, cst.Attribute)
-            else getattr(target, "value", None)
-        )
+    def _mark_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
         if isinstance(name, str):
             self._mark_where("assign", value, lambda globs: _glob(name, globs))
 
@@ -490,18 +485,12 @@ class Rewriter(cst.CSTTransformer):
     def visit_Subscript(self, node: cst.Subscript) -> None:
         parts = dotted_parts(node.value)
         mapping = self.table.qualify(parts) if parts else None
-        if (
-            mapping is None
-            or len(node.slice) != 1
-            or not isinstance(node.slice[0].slice, cst.Index)
-        ):
+        if mapping is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             return
         index = node.slice[0].slice.value
         self._mark_where("subscript", index, lambda names: _names_match(mapping, names))
 
-    def leave_SimpleString(
-        self, original: cst.SimpleString, updated: cst.SimpleString
-    ) -> cst.BaseExpression:
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
         return self._fix_string(original, updated)
 
     def leave_FormattedString(
@@ -513,11 +502,7 @@ class Rewriter(cst.CSTTransformer):
         rule = self._strings.get(original)
         if rule is None:
             return updated
-        fixed = (
-            substitute_string(updated, rule.fix.substitute)
-            if rule.fix and rule.fix.substitute
-            else None
-        )
+        fixed = substitute_string(updated, rule.fix.substitute) if rule.fix and rule.fix.substitute else None
         return self._found(rule, original, updated, fixed)
 
     # ------------------------------------------------------------ code patterns

@@ -12,18 +12,31 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
+from npu_migrate.patterns import METAVARIABLE, Pattern
+
 CODE_PATTERN = r"^NPU\d{3}$"
 Names = Annotated[list[str], Field(min_length=1)]
+
+
+def _compiles(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regex: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
 
 
 class Strict(BaseModel):
@@ -48,10 +61,8 @@ class Severity(str, Enum):
 class ArgCondition(Strict):
     """A condition on one argument of a matched call."""
 
-    string: str | None = Field(default=None, description="Regex the string value must match.")
-    name: list[str] | None = Field(
-        default=None, description="Qualified names the value must resolve to."
-    )
+    string: Regex | None = Field(default=None, description="Regex the string value must match.")
+    name: list[str] | None = Field(default=None, description="Qualified names the value must resolve to.")
     present: bool | None = Field(default=None, description="Whether the argument must be given.")
 
 
@@ -137,15 +148,10 @@ class StringContext(Strict):
 
 
 class StringMatch(Strict):
-    string: str = Field(
+    string: Regex = Field(
         description="Regex that must match the whole literal text; f-string fields read as '{}'."
     )
     where: Annotated[list[StringContext], Field(min_length=1)]
-
-    @field_validator("string")
-    def _compiles(cls, value: str) -> str:
-        re.compile(value)
-        return value
 
 
 class ImportMatch(Strict):
@@ -154,8 +160,16 @@ class ImportMatch(Strict):
     )
 
 
+def _parses(value: str) -> str:
+    try:
+        Pattern.compile(value)
+    except Exception as exc:  # libcst's parser errors are multi-line; keep the first line
+        raise ValueError(f"not a valid pattern: {str(exc).splitlines()[0]}") from None
+    return value
+
+
 class PatternMatch(Strict):
-    pattern: str = Field(
+    pattern: Annotated[str, AfterValidator(_parses)] = Field(
         description="Python expression or statement; $NAME metavariables match any expression."
     )
 
@@ -204,7 +218,7 @@ class KeywordEdit(Strict):
 
 
 class Substitute(Strict):
-    pattern: str = Field(description="Regex applied to the string literal's text.")
+    pattern: Regex = Field(description="Regex applied to the string literal's text.")
     to: str = Field(alias="with", description="Replacement text (regex backreferences allowed).")
 
 
@@ -274,17 +288,21 @@ class Rule(Strict):
     def _fix_fits(self) -> Rule:
         if (self.applicability is Applicability.manual) != (self.fix is None):
             raise ValueError("manual rules have no fix; safe and unsafe rules need one")
-        if self.fix and self.fix.template and not isinstance(self.match, PatternMatch):
-            raise ValueError("a template fix needs a pattern match")
+        if self.fix and self.fix.template:
+            if not isinstance(self.match, PatternMatch):
+                raise ValueError("a template fix needs a pattern match")
+            unbound = set(METAVARIABLE.findall(self.fix.template)) - set(
+                METAVARIABLE.findall(self.match.pattern)
+            )
+            if unbound:
+                raise ValueError(
+                    f"the template uses ${', $'.join(sorted(unbound))}, which the pattern does not bind"
+                )
         if self.fix and self.fix.substitute and not isinstance(self.match, StringMatch):
             raise ValueError("a substitute fix needs a string match")
         if self.fix and self.fix.keywords and not isinstance(self.match, CallMatch):
             raise ValueError("a keywords fix needs a call match")
-        if (
-            self.fix
-            and self.fix.rename
-            and isinstance(self.match, StringMatch | PatternMatch | ImportMatch)
-        ):
+        if self.fix and self.fix.rename and isinstance(self.match, StringMatch | PatternMatch | ImportMatch):
             raise ValueError("a rename fix needs a name, call, method or attribute match")
         fixing = [e for e in self.examples if e.before is not None]
         if self.fix is None and fixing:
@@ -329,7 +347,9 @@ def _one_line_error(path: Path, data: Any, error: ValidationError) -> str:
         code = rule.get("code") if isinstance(rule, dict) else None
         where = f"rule {code or '#' + str(loc[1] + 1)}: "
         loc = loc[2:]
-    field = ".".join(str(p) for p in loc if not str(p).endswith("Match")) or "(rule)"
+    if len(loc) >= 2 and loc[0] == "match" and loc[1] in MATCH_KINDS:
+        loc = [loc[0], *loc[2:]]  # drop the union's tag: it repeats the field name
+    field = ".".join(str(p) for p in loc) or "(rule)"
     message = first["msg"].removeprefix("Value error, ")
     return f"{path}: {where}field {field}: {message}"
 
@@ -347,10 +367,7 @@ def load_rule_file(path: Path) -> RuleFile:
         parsed = RuleFile.model_validate(data)
     except ValidationError as exc:
         raise RuleError(_one_line_error(path, data, exc)) from None
-    rules = [
-        r.model_copy(update={"category": parsed.category, "source": str(path)})
-        for r in parsed.rules
-    ]
+    rules = [r.model_copy(update={"category": parsed.category, "source": str(path)}) for r in parsed.rules]
     return parsed.model_copy(update={"rules": rules})
 
 
@@ -380,9 +397,7 @@ def load_rules(extra: Iterable[Path] = (), builtin: bool = True) -> list[Rule]:
     for path in rule_files(paths):
         for rule in load_rule_file(path).rules:
             if rule.code in seen:
-                raise RuleError(
-                    f"{path}: rule {rule.code}: field code: already defined in {seen[rule.code]}"
-                )
+                raise RuleError(f"{path}: rule {rule.code}: field code: already defined in {seen[rule.code]}")
             seen[rule.code] = str(path)
             rules.append(rule)
     return rules
