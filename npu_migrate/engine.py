@@ -3,6 +3,7 @@ add imports. Pure: bytes in, findings and new bytes out; no file system access."
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -32,7 +33,7 @@ def migrate_source(
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return SourceResult(error=f"line {exc.raw_line}: cannot parse: {exc.message}")
+        return SourceResult(error=_syntax_error(source, exc))
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         return SourceResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module)
@@ -45,3 +46,14 @@ def migrate_source(
         added_imports=added,
         new_source=new_source if new_source != source else None,
     )
+
+
+def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:
+    """Python's own wording where it has one ("'(' was never closed"), else libcst's."""
+    try:
+        compile(source, "<source>", "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as python:
+        return f"line {python.lineno}: cannot parse: {python.msg}"
+    except ValueError:
+        pass
+    return f"line {exc.raw_line}: cannot parse: {exc.message.splitlines()[0]}"

@@ -211,4 +211,5 @@ def unified_diff(outcome: FileOutcome) -> str:
     old = _lines(outcome.file.data or b"")
     new = _lines(outcome.result.new_source or b"")
     name = outcome.file.display
-    return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+    sep = "" if name.startswith("/") else "/"
+    return "".join(difflib.unified_diff(old, new, f"a{sep}{name}", f"b{sep}{name}"))

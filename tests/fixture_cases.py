@@ -1,0 +1,57 @@
+"""The bundled GPU projects and how their expected results are produced.
+
+Run `python -m tests.fixture_cases` to regenerate fixtures/<name>/expected and scan.json after
+a deliberate behaviour change; review the diff before committing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "src").is_dir())
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed console entry point, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "npu_migrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+def scan_json(name: str) -> dict:
+    result = run_cli("scan", "src", "--format", "json", cwd=FIXTURES / name)
+    assert result.returncode in (1, 2), result.stderr
+    return json.loads(result.stdout)
+
+
+def apply_into(name: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "apply", "src", "--out", str(out), "--change-list", str(out.parent / f"{name}-changes.csv"),
+        cwd=FIXTURES / name,
+    )
+
+
+def main() -> None:
+    for name in NAMES:
+        expected = FIXTURES / name / "expected"
+        shutil.rmtree(expected, ignore_errors=True)
+        apply_into(name, expected)
+        for stray in expected.parent.glob(f"{name}-changes.*"):
+            stray.unlink()
+        (FIXTURES / name / "scan.json").write_text(json.dumps(scan_json(name), indent=2) + "\n")
+        print(f"regenerated {name}")
+
+
+if __name__ == "__main__":
+    main()
