@@ -1,14 +1,19 @@
-"""What scan and apply share: run the rules over discovered files, one outcome per file."""
+"""What scan and apply share: run the rules over discovered files, one outcome per file, in
+worker processes when there are enough files to pay for them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from npu_migrate.engine import SourceResult, migrate_source
 from npu_migrate.files import SourceFile
 from npu_migrate.index import RuleIndex
-from npu_migrate.ruleset import Applicability
+from npu_migrate.ruleset import Applicability, Rule
+
+PARALLEL_FROM = 32  # fewer files than this are not worth starting worker processes for
 
 
 @dataclass(frozen=True)
@@ -21,17 +26,31 @@ class FileOutcome:
         return self.result.new_source is not None
 
 
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def run_rules(
     files: list[SourceFile],
-    index: RuleIndex,
+    rules: list[Rule],
     enabled: frozenset[Applicability],
     advance: Callable[[], None] = lambda: None,
+    jobs: int = 1,
 ) -> list[FileOutcome]:
-    outcomes = []
-    for file in files:
-        outcomes.append(FileOutcome(file, _migrate(file, index, enabled)))
-        advance()
-    return outcomes
+    if jobs <= 1 or len(files) < PARALLEL_FROM:
+        index = RuleIndex(rules)
+        results = []
+        for file in files:
+            results.append(_migrate(file, index, enabled))
+            advance()
+    else:
+        chunk = max(1, min(16, len(files) // (jobs * 4)))
+        with ProcessPoolExecutor(jobs, initializer=_start_worker, initargs=(rules, enabled)) as pool:
+            results = []
+            for result in pool.map(_migrate_in_worker, files, chunksize=chunk):
+                results.append(result)
+                advance()
+    return [FileOutcome(file, result) for file, result in zip(files, results, strict=True)]
 
 
 def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> SourceResult:
@@ -42,3 +61,16 @@ def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicabilit
         return migrate_source(file.data, index, enabled)
     except Exception as exc:  # an engine bug must not cost the user the other files
         return SourceResult(error=f"internal error, file left untouched: {type(exc).__name__}: {exc}")
+
+
+_worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
+
+
+def _start_worker(rules: list[Rule], enabled: frozenset[Applicability]) -> None:
+    global _worker
+    _worker = (RuleIndex(rules), enabled)
+
+
+def _migrate_in_worker(file: SourceFile) -> SourceResult:
+    assert _worker is not None
+    return _migrate(file, *_worker)

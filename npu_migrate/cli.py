@@ -13,13 +13,13 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from npu_migrate import report
-from npu_migrate.api import FileOutcome, run_rules
+from npu_migrate import docs, report
+from npu_migrate.api import FileOutcome, default_jobs, run_rules
 from npu_migrate.files import DEFAULT_MAX_BYTES, SourceFile, copy_tree, discover, write_atomic
-from npu_migrate.index import RuleIndex
 from npu_migrate.ruleset import Applicability, Rule, RuleError, json_schema, load_rules, rule_files
 from npu_migrate.testing import check_rules
 
@@ -47,6 +47,9 @@ RulesOption = Annotated[
 ]
 PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
 MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
+Jobs = Annotated[
+    int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes [default: one per CPU].")
+]
 
 
 def fail(text: str) -> NoReturn:
@@ -86,9 +89,11 @@ def _progress(total: int) -> Iterator:
         yield lambda: progress.advance(task)
 
 
-def _run(files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability]) -> list[FileOutcome]:
+def _run(
+    files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability], jobs: int | None
+) -> list[FileOutcome]:
     with _progress(len(files)) as advance:
-        return run_rules(files, RuleIndex(rules), enabled, advance)
+        return run_rules(files, rules, enabled, advance, jobs or default_jobs())
 
 
 @app.command()
@@ -97,9 +102,10 @@ def scan(
     format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.text,
     rules: RulesOption = None,
     max_size: MaxSize = DEFAULT_MAX_BYTES,
+    jobs: Jobs = None,
 ) -> None:
     """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
-    outcomes = _run(_discover(paths, max_size), _rules(rules), frozenset())
+    outcomes = _run(_discover(paths, max_size), _rules(rules), frozenset(), jobs)
     summary = report.Summary.of(outcomes)
     if format is Format.json:
         findings = [report.finding_dict(d, f) for d, f in report.all_findings(outcomes)]
@@ -128,6 +134,7 @@ def apply(
         typer.Option(help="Where to write the change list (.csv, and .json beside it)."),
     ] = Path("npu-migrate-changes.csv"),
     max_size: MaxSize = DEFAULT_MAX_BYTES,
+    jobs: Jobs = None,
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
     enabled = frozenset({Applicability.safe, *([Applicability.unsafe] if unsafe else [])})
@@ -139,7 +146,7 @@ def apply(
             fail(f"--out {out_dir} already exists and is not empty")
         if out_dir.resolve().is_relative_to(paths[0].resolve()):
             fail("--out must lie outside the folder being migrated")
-    outcomes = _run(_discover(paths, max_size), loaded, enabled)
+    outcomes = _run(_discover(paths, max_size), loaded, enabled, jobs)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:
@@ -197,27 +204,17 @@ def rules_list(rules: RulesOption = None) -> None:
 
 @rules_app.command("show")
 def rules_show(code: str, rules: RulesOption = None) -> None:
-    """One rule's page: what it does, why, an example and its fix safety."""
+    """One rule's page: what it does, why, its fix safety and an example."""
     rule = next((r for r in _rules(rules) if r.code == code.upper()), None)
     if rule is None:
         fail(f"no rule {code}; see `npu-migrate rules list`")
-    out.print(f"[bold]{rule.code} {rule.name}[/] ({rule.category}, {rule.severity.value})\n")
-    out.print(f"[bold]What it does[/]\n{escape(rule.summary)}\n")
-    out.print(f"[bold]Why[/]\n{escape(rule.why.strip())}\n")
-    safety = {
-        Applicability.safe: "safe: an exact equivalent, applied by `apply`.",
-        Applicability.unsafe: "unsafe: may change behaviour, applied only with `apply --unsafe`.",
-        Applicability.manual: "manual: reported only; a human must act.",
-    }[rule.applicability]
-    out.print(f"[bold]Fix safety[/]\n{safety}\n")
-    example = next((e for e in rule.examples if e.before), None) or rule.examples[0]
-    out.print("[bold]Example[/]")
-    if example.before:
-        out.print(
-            escape(example.before.rstrip()) + "\n[dim]# becomes[/]\n" + escape((example.after or "").rstrip())
-        )
-    else:
-        out.print(escape((example.flagged or example.ok or "").rstrip()))
+    out.print(Markdown(docs.rule_page(rule)))
+
+
+@rules_app.command("docs")
+def rules_docs(rules: RulesOption = None) -> None:
+    """Print the rule catalog as Markdown (docs/rules.md is generated with this)."""
+    sys.stdout.write(docs.catalog(_rules(rules)))
 
 
 @rules_app.command("test")

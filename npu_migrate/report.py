@@ -17,7 +17,7 @@ from rich.table import Table
 from npu_migrate.api import FileOutcome
 from npu_migrate.files import write_atomic
 from npu_migrate.rewriter import Finding
-from npu_migrate.ruleset import Applicability
+from npu_migrate.ruleset import Applicability, Severity
 
 CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Message"]
 
@@ -34,9 +34,14 @@ class Summary:
     by_category: dict[str, Counter[str]]
     automatic: int  # findings a default (safe) apply migrates
     opt_in: int  # findings an --unsafe apply migrates as well
+    notes: int  # report-only findings of severity info: nothing to do, worth knowing
     manual_by_file: list[tuple[str, int]]
     skipped: list[tuple[str, str]]
     errors: list[tuple[str, str]]
+
+    @property
+    def manual(self) -> int:
+        return self.findings - self.automatic - self.opt_in - self.notes
 
     @property
     def automatic_share(self) -> float:
@@ -46,7 +51,7 @@ class Summary:
     def of(cls, outcomes: list[FileOutcome]) -> Summary:
         by_category: dict[str, Counter[str]] = {}
         manual: Counter[str] = Counter()
-        automatic = opt_in = total = 0
+        automatic = opt_in = notes = total = 0
         for outcome in outcomes:
             for finding in outcome.result.findings:
                 total += 1
@@ -55,7 +60,9 @@ class Summary:
                 fixable = finding.replacement is not None
                 automatic += fixable and rule.applicability is Applicability.safe
                 opt_in += fixable and rule.applicability is Applicability.unsafe
-                if not fixable:
+                if not fixable and rule.severity is Severity.info:
+                    notes += 1
+                elif not fixable:
                     manual[outcome.file.display] += 1
         return cls(
             files=len(outcomes),
@@ -64,6 +71,7 @@ class Summary:
             by_category=dict(sorted(by_category.items())),
             automatic=automatic,
             opt_in=opt_in,
+            notes=notes,
             manual_by_file=manual.most_common(10),
             skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
             errors=[(o.file.display, o.result.error) for o in outcomes if o.result.error],
@@ -76,7 +84,8 @@ class Summary:
             "findings": self.findings,
             "automatic": self.automatic,
             "opt_in_unsafe": self.opt_in,
-            "manual": self.findings - self.automatic - self.opt_in,
+            "manual": self.manual,
+            "notes": self.notes,
             "automatic_share": round(self.automatic_share, 4),
             "by_category": {k: dict(v) for k, v in self.by_category.items()},
             "most_manual_work": [{"file": f, "manual": n} for f, n in self.manual_by_file],
@@ -143,7 +152,7 @@ def print_summary(console: Console, summary: Summary) -> None:
         f"{summary.findings} finding(s) in {summary.files_with_findings} of {summary.files} file(s): "
         f"{summary.automatic} migrate automatically ({summary.automatic_share:.0%}), "
         f"{summary.opt_in} more with --unsafe, "
-        f"{summary.findings - summary.automatic - summary.opt_in} need a human.",
+        f"{summary.manual} need a human, {summary.notes} note(s).",
         highlight=False,
     )
     if summary.manual_by_file:
@@ -163,10 +172,7 @@ def change_rows(outcomes: list[FileOutcome]) -> list[dict]:
             if finding.applied:
                 kind, text = "MODIFY", f"{message(finding)} → {finding.replacement}"
             elif finding.replacement is not None:
-                kind, text = (
-                    "UNSUPPORTED",
-                    f"{message(finding)} (not applied: {finding.rule.applicability.value} fix, rerun with --unsafe)",
-                )
+                kind, text = "UNSUPPORTED", f"{message(finding)} (unsafe fix not applied: use --unsafe)"
             else:
                 kind, text = "UNSUPPORTED", message(finding)
             rows.append(_row(display, finding.line, finding.end_line, kind, text, finding))

@@ -37,7 +37,12 @@ def scan_json(name: str) -> dict:
 
 def apply_into(name: str, out: Path) -> subprocess.CompletedProcess[str]:
     return run_cli(
-        "apply", "src", "--out", str(out), "--change-list", str(out.parent / f"{name}-changes.csv"),
+        "apply",
+        "src",
+        "--out",
+        str(out),
+        "--change-list",
+        str(out.parent / f"{name}-changes.csv"),
         cwd=FIXTURES / name,
     )
 

@@ -43,7 +43,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad_rules.write_text("category: x\ncodes: NPU9xx\ndescription: d\nrules: [{code: NPU901}]\n")
     result = run_cli("scan", ".", "--rules", bad_rules, cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "bad.yaml: rule NPU901: field name: Field required" in result.stderr
+    assert (
+        result.stderr.count("\n") == 1
+        and "bad.yaml: rule NPU901: field name: Field required" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert run_cli("scan", "--format", "xml", ".", cwd=tmp_path).returncode == 2
 
@@ -136,7 +139,12 @@ def test_user_rules_extend_the_catalog(tmp_path: Path) -> None:
                 "severity": "warning",
                 "match": {"pattern": "mylib.cuda_sync($X)"},
                 "fix": {"template": "mylib.npu_sync($X)", "add_import": []},
-                "examples": [{"before": "import mylib\nmylib.cuda_sync(1)\n", "after": "import mylib\nmylib.npu_sync(1)\n"}],
+                "examples": [
+                    {
+                        "before": "import mylib\nmylib.cuda_sync(1)\n",
+                        "after": "import mylib\nmylib.npu_sync(1)\n",
+                    }
+                ],
             }
         ],
     }
@@ -170,14 +178,26 @@ def test_json_output_is_machine_readable(tmp_path: Path) -> None:
 
 def test_scan_and_apply_never_import_torch_or_run_user_code(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    root = project(tmp_path, {"evil.py": f"open({str(marker)!r}, 'w')\nimport torch\ntorch.cuda.synchronize()\n"})
+    root = project(
+        tmp_path, {"evil.py": f"open({str(marker)!r}, 'w')\nimport torch\ntorch.cuda.synchronize()\n"}
+    )
     probe = (
         "import sys, runpy; sys.argv = ['npu-migrate', 'apply', sys.argv[1]]\n"
         "try:\n    runpy.run_module('npu_migrate', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe, str(root)], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(root)], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
     assert "torch.npu.synchronize()" in (root / "evil.py").read_text()
+
+
+def test_parallel_and_serial_runs_agree(tmp_path: Path) -> None:
+    root = project(tmp_path, {f"pkg{i}/m{i}.py": CUDA_FILE.replace("2", str(i)) for i in range(40)})
+    serial = run_cli("scan", root, "--format", "json", "-j", "1", cwd=tmp_path)
+    parallel = run_cli("scan", root, "--format", "json", "-j", "2", cwd=tmp_path)
+    assert serial.stdout == parallel.stdout
+    assert json.loads(serial.stdout)["summary"]["findings"] == 80

@@ -134,3 +134,10 @@ def test_the_example_checker_catches_a_wrong_example(tmp_path: Path) -> None:
     [rule] = load_rule_file(write_rules(tmp_path, wrong)).rules
     assert "expected:" in check_example(rule, rule.examples[0])
     assert "expected no finding" in check_example(rule, rule.examples[1])
+
+
+def test_rule_docs_are_generated_from_the_rules() -> None:
+    from npu_migrate.docs import catalog
+
+    committed = (ROOT / "docs" / "rules.md").read_text()
+    assert committed == catalog(load_rules()), "run: npu-migrate rules docs > docs/rules.md"

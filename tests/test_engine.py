@@ -1,0 +1,131 @@
+"""The rewrite guarantees, file by file: minimal edits, one `import torch_npu` where needed,
+encodings, BOMs and line endings kept, strings that are not devices left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_migrate.engine import migrate_source
+from npu_migrate.index import RuleIndex
+from npu_migrate.ruleset import Applicability, load_rules
+
+SAFE = frozenset({Applicability.safe})
+INDEX = RuleIndex(load_rules())
+
+
+def migrate(code: str | bytes) -> str:
+    data = code.encode() if isinstance(code, str) else code
+    result = migrate_source(data, INDEX, SAFE)
+    assert result.error is None, result.error
+    return (result.new_source or data).decode()
+
+
+def test_torch_npu_is_imported_once_after_the_torch_import() -> None:
+    code = (
+        '"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nimport numpy as np\n'
+        "\nx.cuda()\ny.cuda()\n"
+    )
+    assert migrate(code) == (
+        '"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nimport torch_npu\n'
+        "import numpy as np\n\nx.npu()\ny.npu()\n"
+    )
+
+
+def test_an_existing_torch_npu_import_is_reused() -> None:
+    code = "import torch\nimport torch_npu\nx.cuda()\n"
+    assert migrate(code) == "import torch\nimport torch_npu\nx.npu()\n"
+
+
+def test_no_imports_at_all_puts_it_after_docstring_and_future() -> None:
+    code = '"""Doc."""\nfrom __future__ import annotations\ndef f(m):\n    return m.cuda()\n'
+    assert (
+        migrate(code)
+        == '"""Doc."""\nfrom __future__ import annotations\nimport torch_npu\ndef f(m):\n    return m.npu()\n'
+    )
+
+
+def test_files_that_need_no_npu_api_get_no_import() -> None:
+    code = 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\nprint("cuda")\n'
+    assert migrate(code) == 'import os\nos.environ["ASCEND_RT_VISIBLE_DEVICES"] = "0"\nprint("cuda")\n'
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\nx = t.to(non_blocking=True)\n",
+        "import torch\nx = t.to(get_device(), non_blocking=True)\n",
+        "import torch\nm.to_empty(device=dev)\n",
+        'import torch\nprint("cuda:0 is busy")\nlog.info(f"cuda:{rank}")\n',
+        'import torch\n"""Runs on cuda."""\nname = "cuda"\n',
+        "import torch\ndef f(cuda=True):\n    return g(cuda=cuda)\n",
+        "import torch\nclass cuda:\n    pass\n",
+        "import torch\nref = t.cuda\n",
+    ],
+)
+def test_code_that_is_not_a_cuda_touchpoint_is_left_alone(code: str) -> None:
+    result = migrate_source(code.encode(), INDEX, SAFE)
+    assert result.new_source is None and result.findings == []
+
+
+def test_rewrites_are_minimal_and_keep_keywords_and_comments() -> None:
+    code = (
+        "import torch\n"
+        "dev = torch.device(type='cuda', index=rank)  # keyword stays\n"
+        "y = (model(x)\n     .cuda(non_blocking=True))  # split\n"
+        "z = torch.empty(4, device=f'cuda:{rank}')\n"
+    )
+    assert migrate(code) == (
+        "import torch\nimport torch_npu\n"
+        "dev = torch.device(type='npu', index=rank)  # keyword stays\n"
+        "y = (model(x)\n     .npu(non_blocking=True))  # split\n"
+        "z = torch.empty(4, device=f'npu:{rank}')\n"
+    )
+
+
+def test_unknown_torch_cuda_names_are_reported_not_renamed() -> None:
+    code = "import torch\ntorch.cuda.jiterator._create_jit_fn(src)\n"
+    result = migrate_source(code.encode(), INDEX, SAFE)
+    assert result.new_source is None
+    assert [f.rule.code for f in result.findings] == ["NPU102"]
+
+
+def test_a_module_imported_from_torch_falls_back_to_the_full_name() -> None:
+    code = "from torch import cuda\ncuda.synchronize()\n"
+    assert (
+        migrate(code) == "from torch import cuda\nimport torch\nimport torch_npu\ntorch.npu.synchronize()\n"
+    )
+
+
+def test_aliases_and_nested_imports_resolve() -> None:
+    code = "def f():\n    import torch.distributed as d\n    d.init_process_group(backend='nccl')\n"
+    assert migrate(code) == (
+        "import torch_npu\ndef f():\n    import torch.distributed as d\n"
+        "    d.init_process_group(backend='hccl')\n"
+    )
+
+
+def test_bom_crlf_and_latin1_are_kept() -> None:
+    bom = b"\xef\xbb\xbfimport torch\r\nx.cuda()\r\n"
+    assert (
+        migrate_source(bom, INDEX, SAFE).new_source
+        == b"\xef\xbb\xbfimport torch\r\nimport torch_npu\r\nx.npu()\r\n"
+    )
+    latin = "# -*- coding: latin-1 -*-\nimport torch\ns = 'é'\nx.cuda()\n".encode("latin-1")
+    new = migrate_source(latin, INDEX, SAFE).new_source
+    assert new == "# -*- coding: latin-1 -*-\nimport torch\nimport torch_npu\ns = 'é'\nx.npu()\n".encode(
+        "latin-1"
+    )
+
+
+def test_unsafe_fixes_are_reported_but_not_applied_by_default() -> None:
+    code = "import torch\nstate = torch.load(path)\n"
+    result = migrate_source(code.encode(), INDEX, SAFE)
+    assert result.new_source is None
+    [finding] = result.findings
+    assert (finding.rule.code, finding.applied) == ("NPU107", False)
+    assert finding.replacement == 'torch.load(path, map_location="cpu")'
+
+
+def test_files_without_any_trigger_are_not_parsed() -> None:
+    result = migrate_source(b"def f(:\n", INDEX, SAFE)  # broken, but nothing to migrate
+    assert result.error is None and result.findings == []

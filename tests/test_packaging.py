@@ -1,0 +1,54 @@
+"""The rules ship inside the wheel: a plain (non-editable) install must find them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            tmp_path,
+            ROOT,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = tmp_path.glob("npu_migrate-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {Path(n).name for n in names if n.startswith("npu_migrate/_rules/")}
+    assert shipped == {p.name for p in (ROOT / "rules").glob("*.yaml")}
+    assert "npu_migrate/rule-schema.json" in names
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", target, wheel],
+        check=True,
+        capture_output=True,
+    )
+    probe = (
+        "from npu_migrate.ruleset import builtin_rules_dir, load_rules\n"
+        "print(builtin_rules_dir()); print(len(load_rules()))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    where, count = result.stdout.split()
+    assert Path(where) == target / "npu_migrate" / "_rules"
+    from npu_migrate.ruleset import load_rules
+
+    assert int(count) == len(load_rules())
