@@ -1,0 +1,80 @@
+"""Match and fix kinds that the built-in catalog uses little: code patterns with
+metavariables, templates, and keyword edits (set, rename, drop)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from npu_migrate.engine import migrate_source
+from npu_migrate.index import RuleIndex
+from npu_migrate.names import ImportTable
+from npu_migrate.patterns import Pattern
+from npu_migrate.ruleset import Applicability, Rule
+
+SAFE = frozenset({Applicability.safe})
+
+
+def match(pattern: str, code: str) -> dict[str, str] | None:
+    module = cst.parse_module(code)
+    table = ImportTable.of(module)
+    node = module.body[-1].body[0]  # the last simple statement
+    target = node.value if isinstance(node, cst.Expr) else node
+    found = Pattern.compile(pattern).match(target, table.qualify)
+    return None if found is None else {k: module.code_for_node(v) for k, v in found.items()}
+
+
+def test_patterns_resolve_names_ignore_layout_and_bind_metavariables() -> None:
+    assert match("torch.cuda.nvtx.mark($M)", "import torch as th\nth.cuda.nvtx.mark(  'a' )\n") == {"M": "'a'"}
+    assert match("F.silu($A) * $B", "import torch.nn.functional as F\n(F.silu(x)) * y\n") is None
+    assert match("torch.nn.functional.silu($A) * $B", "import torch.nn.functional as F\nF.silu(x) * y\n") == {
+        "A": "x",
+        "B": "y",
+    }
+    assert match("$X + $X", "a + a\n") == {"X": "a"}
+    assert match("$X + $X", "a + b\n") is None
+    assert match("f($X, k=1)", "f(z, k=2)\n") is None
+    assert match("x.device.type == 'cuda'", 'x.device.type == "cuda"\n') == {}
+
+
+def rule(**fields) -> Rule:
+    base = {
+        "code": "NPU901",
+        "name": "t",
+        "summary": "s",
+        "why": "w",
+        "message": "m",
+        "applicability": "safe",
+        "severity": "warning",
+        "examples": [{"flagged": "x"}],
+    }
+    return Rule.model_validate({**base, **fields})
+
+
+def apply(one: Rule, code: str) -> str:
+    result = migrate_source(code.encode(), RuleIndex([one]), SAFE)
+    return (result.new_source or code.encode()).decode()
+
+
+def test_templates_keep_what_metavariables_matched_and_spell_names_through_imports() -> None:
+    swap = rule(
+        match={"pattern": "torch.cuda.nvtx.mark($MSG)"},
+        fix={"template": "torch.npu.mstx.mark($MSG)"},
+        examples=[{"before": "a", "after": "b"}],
+    )
+    code = "import torch as th\nth.cuda.nvtx.mark(f'step {i}'  )  # marker\n"
+    assert apply(swap, code) == "import torch as th\nimport torch_npu\nth.npu.mstx.mark(f'step {i}')  # marker\n"
+
+
+def test_keyword_edits_set_rename_and_drop() -> None:
+    edit = rule(
+        match={"call": ["torch.optim.AdamW"]},
+        fix={
+            "keywords": {"set": {"eps": "1e-8"}, "rename": {"decay": "weight_decay"}, "drop": ["foreach"]},
+            "add_import": [],
+        },
+        examples=[{"before": "a", "after": "b"}],
+    )
+    code = "from torch.optim import AdamW\nopt = AdamW(params, lr=1e-3, foreach=True, decay=0.1)\n"
+    assert apply(edit, code) == (
+        "from torch.optim import AdamW\nopt = AdamW(params, lr=1e-3, weight_decay=0.1, eps=1e-8)\n"
+    )
