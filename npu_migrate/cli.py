@@ -72,7 +72,7 @@ def _discover(paths: list[Path], max_size: int) -> list[SourceFile]:
 
 
 @contextmanager
-def _progress(total: int) -> Iterator:
+def _progress(total: int, label: str) -> Iterator:
     """A progress bar on stderr for long runs in a terminal; silent otherwise."""
     if total < 20 or not err.is_terminal:
         yield lambda: None
@@ -85,14 +85,14 @@ def _progress(total: int) -> Iterator:
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task("migrating", total=total)
+        task = progress.add_task(label, total=total)
         yield lambda: progress.advance(task)
 
 
 def _run(
     files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability], jobs: int | None
 ) -> list[FileOutcome]:
-    with _progress(len(files)) as advance:
+    with _progress(len(files), "migrating" if enabled else "scanning") as advance:
         return run_rules(files, rules, enabled, advance, jobs or default_jobs())
 
 

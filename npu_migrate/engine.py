@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from npu_migrate.import_plan import plan_imports
 from npu_migrate.imports import add_imports
 from npu_migrate.index import RuleIndex
 from npu_migrate.names import ImportTable
-from npu_migrate.rewriter import Finding, Rewriter, plan_imports
+from npu_migrate.rewriter import Finding, Rewriter
 from npu_migrate.ruleset import Applicability
 
 

@@ -4,47 +4,12 @@ expressions, and keyword arguments stay keywords."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import libcst as cst
 
+from npu_migrate.import_plan import ImportPlan, import_path
 from npu_migrate.names import ImportTable
-from npu_migrate.ruleset import KeywordEdit, Rule, Substitute
-
-# torch.npu is registered by torch_npu as an alias module; its submodules are only importable
-# under their real package, so import statements name torch_npu.npu.<sub> instead.
-IMPORT_PATHS = {"torch.npu": "torch_npu.npu"}
-
-
-def import_path(qualified: str) -> str:
-    """The name to write in an import statement for `qualified`."""
-    for alias, real in IMPORT_PATHS.items():
-        if qualified.startswith(alias + "."):
-            return real + qualified[len(alias) :]
-    return qualified
-
-
-def renamed(qualified: str, mapping: dict[str, str]) -> str | None:
-    """Apply the longest matching prefix of a rename map to a qualified name."""
-    for old in sorted(mapping, key=len, reverse=True):
-        if qualified == old or qualified.startswith(old + "."):
-            return mapping[old] + qualified[len(old) :]
-    return None
-
-
-@dataclass(frozen=True)
-class PlannedImport:
-    target: str  # the qualified name the local name will be bound to
-    local: str  # the local name after the rewrite
-    rule: Rule
-
-
-@dataclass
-class ImportPlan:
-    """How rules rewrite the names a file imports, decided before the rewrite so that every
-    use of an imported name agrees with its (possibly renamed) import."""
-
-    locals: dict[str, PlannedImport] = field(default_factory=dict)
+from npu_migrate.ruleset import KeywordEdit, Substitute
 
 
 def chain_source(

@@ -45,6 +45,14 @@ def module_name(node: cst.Attribute | cst.Name | None) -> str:
     return ".".join(parts) if parts else ""
 
 
+def name_matches(qualified: str | None, patterns: list[str]) -> bool:
+    """Whether a qualified name is one of `patterns`: exact names, or 'a.b.*' for anything
+    strictly under a.b (the same reading the rule index uses)."""
+    if qualified is None:
+        return False
+    return any(qualified == p or (p.endswith(".*") and qualified.startswith(p[:-1])) for p in patterns)
+
+
 def small_statements(body: list[cst.BaseStatement]) -> Iterator[cst.BaseSmallStatement]:
     """Every simple statement in a body, nested blocks included, without visiting expressions."""
     for statement in body:

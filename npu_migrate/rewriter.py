@@ -12,20 +12,12 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from npu_migrate.fixes import (
-    ImportPlan,
-    PlannedImport,
-    chain_source,
-    edit_keywords,
-    import_path,
-    renamed,
-    replace_expression,
-    substitute_string,
-)
+from npu_migrate.fixes import chain_source, edit_keywords, replace_expression, substitute_string
+from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regroup, renamed, renamed_by
 from npu_migrate.index import NameHit, RuleIndex, StringRule
-from npu_migrate.names import ImportTable, dotted_parts, module_name
+from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches
 from npu_migrate.patterns import render
-from npu_migrate.ruleset import Applicability, ArgCondition, Argument, Rule
+from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, Rule
 
 _STRING = (cst.SimpleString, cst.FormattedString)
 _COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
@@ -40,60 +32,6 @@ class Finding:
     code: str
     replacement: str | None  # the fixed code; None when the rule is report-only
     applied: bool
-
-
-def plan_imports(index: RuleIndex, table: ImportTable) -> ImportPlan:
-    """Decide every import rename up front, so uses anywhere in the file follow their import.
-
-    An imported function renamed exactly (`is_nccl_available`) takes its new name everywhere; an
-    imported namespace keeps its local name (`... import mstx as nvtx`), because members the
-    rules leave alone must still resolve through it."""
-    plan = ImportPlan()
-    for statement in table.imports:
-        if isinstance(statement, cst.ImportFrom) and (
-            statement.relative or isinstance(statement.names, cst.ImportStar)
-        ):
-            continue
-        base = module_name(statement.module) + "." if isinstance(statement, cst.ImportFrom) else ""
-        for alias in statement.names:  # type: ignore[union-attr]
-            if isinstance(statement, cst.Import) and alias.asname is None:
-                continue  # `import a.b` binds `a`, which the rename leaves alone
-            qualified = base + module_name(alias.name)
-            hit = index.names.lookup(qualified, whole=True)
-            new = _renamed_by(hit, qualified)
-            if hit and new:
-                exact = hit.specificity % 2 == 1
-                local = alias.evaluated_alias or alias.evaluated_name
-                new_local = local if alias.asname or not exact else new.rsplit(".", 1)[-1]
-                plan.locals[local] = PlannedImport(import_path(new), new_local, hit.rule)
-    return plan
-
-
-def _renamed_by(hit: NameHit | None, qualified: str) -> str | None:
-    if hit is None or hit.rule.fix is None or not hit.rule.fix.rename:
-        return None
-    return renamed(qualified, hit.rule.fix.rename)
-
-
-def _regroup(
-    statement: cst.ImportFrom, base: str, planned: list[PlannedImport | None]
-) -> cst.ImportFrom | cst.FlattenSentinel[cst.ImportFrom]:
-    """The from-import with each planned alias moved to its new module (one statement per
-    module, in order of first appearance)."""
-    groups: dict[str, list[cst.ImportAlias]] = {}
-    for alias, plan in zip(statement.names, planned, strict=True):  # type: ignore[arg-type]
-        module = base
-        if plan is not None:
-            module, _, name = plan.target.rpartition(".")
-            as_name = cst.AsName(name=cst.Name(plan.local)) if plan.local != name else None
-            alias = alias.with_changes(name=cst.Name(name), asname=as_name)
-        groups.setdefault(module, []).append(alias)
-    statements = []
-    for module, aliases in groups.items():
-        aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        new_module = statement.module if module == base else cst.parse_expression(module)
-        statements.append(statement.with_changes(module=new_module, names=aliases))
-    return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
 
 
 def _strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
@@ -123,10 +61,10 @@ def _glob(name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
-def _names_match(qualified: str | None, patterns: list[str]) -> bool:
-    if qualified is None:
-        return False
-    return any(qualified == p or (p.endswith(".*") and qualified.startswith(p[:-1])) for p in patterns)
+def _renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
+    """`x.cuda` -> `x.npu` by the rule's rename map, or None when the rule has no such fix."""
+    new = rule.fix.rename.get(node.attr.value) if rule.fix and rule.fix.rename else None
+    return node.with_changes(attr=cst.Name(new)) if new else None
 
 
 class Rewriter(cst.CSTTransformer):
@@ -252,14 +190,9 @@ class Rewriter(cst.CSTTransformer):
         if result is not updated or not isinstance(updated, cst.Attribute):
             return result
         rules = self.index.attributes.get(updated.attr.value)
-        if rules:
-            rule = rules[0]
-            fixed = None
-            if rule.fix and rule.fix.rename:
-                new = rule.fix.rename.get(updated.attr.value)
-                fixed = updated.with_changes(attr=cst.Name(new)) if new else None
-            return self._found(rule, original, updated, fixed)  # type: ignore[return-value]
-        return updated
+        if not rules:
+            return updated
+        return self._found(rules[0], original, updated, _renamed_attribute(rules[0], updated))  # type: ignore[return-value]
 
     def _fix_chain(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
         noted = self._names.get(original)
@@ -287,7 +220,7 @@ class Rewriter(cst.CSTTransformer):
             self._report_import(original, qualified)
             hit = self.index.names.lookup(qualified, whole=True)
             if hit is not None:
-                new = _renamed_by(hit, qualified)
+                new = renamed_by(hit, qualified)
                 fixed_alias = alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None
                 fixed = (
                     updated.with_changes(names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
@@ -318,11 +251,11 @@ class Rewriter(cst.CSTTransformer):
         rules = list({p.rule.code: p.rule for p in planned if p is not None}.values())
         if not rules:
             return updated
-        proposed = _regroup(updated, base, planned)
+        proposed = regroup(updated, base, planned)
         for rule in rules:
             self._found(rule, original, updated, proposed)
         enabled = [p if p is not None and p.rule.applicability in self.enabled else None for p in planned]
-        return _regroup(updated, base, enabled)
+        return regroup(updated, base, enabled)
 
     def _report_import(self, statement: cst.Import | cst.ImportFrom, module: str) -> None:
         hit = self.index.imports.lookup(module)
@@ -352,7 +285,7 @@ class Rewriter(cst.CSTTransformer):
     def _callee_is(place: Argument, callee: str | None, method: str | None) -> bool:
         if "*" in place.of or (method and f".{method}" in place.of):
             return True
-        return _names_match(callee, place.of)
+        return name_matches(callee, place.of)
 
     @staticmethod
     def _arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:
@@ -368,38 +301,34 @@ class Rewriter(cst.CSTTransformer):
                 yield positional[i].value
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        result: cst.BaseExpression = updated
-        if isinstance(updated.func, cst.Attribute):
-            rules = self.index.methods.get(updated.func.attr.value)
-            receiver = dotted_parts(original.func.value) if isinstance(original.func, cst.Attribute) else None
-            if rules and not (receiver and self.table.qualify(receiver)):
-                rule = rules[0]
-                fixed = None
-                if rule.fix and rule.fix.rename and updated.func.attr.value in rule.fix.rename:
-                    new_func = updated.func.with_changes(
-                        attr=cst.Name(rule.fix.rename[updated.func.attr.value])
-                    )
-                    fixed = updated.with_changes(func=new_func)
-                result = self._found(rule, original, updated, fixed)  # type: ignore[assignment]
+        result = self._fix_method(original, updated)
+        return self._fix_call(original, result) if isinstance(result, cst.Call) else result
+
+    def _fix_method(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not isinstance(updated.func, cst.Attribute) or not isinstance(original.func, cst.Attribute):
+            return updated
+        rules = self.index.methods.get(updated.func.attr.value)
+        receiver = dotted_parts(original.func.value)
+        if not rules or (receiver and self.table.qualify(receiver)):
+            return updated  # `module.function(...)` is not a method call
+        new_func = _renamed_attribute(rules[0], updated.func)
+        fixed = updated.with_changes(func=new_func) if new_func else None
+        return self._found(rules[0], original, updated, fixed)  # type: ignore[return-value]
+
+    def _fix_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         callee = self._callee(original)
         hit = self.index.calls.lookup(callee, whole=True) if callee else None
-        if (
-            hit
-            and isinstance(result, cst.Call)
-            and self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature)
-        ):  # type: ignore[arg-type]
-            fix = hit.rule.fix
-            fixed = None
-            if fix and fix.keywords:
-                fixed = edit_keywords(result, fix.keywords)
-            elif fix and fix.rename and callee:
-                parts = dotted_parts(original.func) or []
-                new = renamed(callee, fix.rename)
-                if new:
-                    source, _ = chain_source(parts, new, self.table, self.plan)
-                    fixed = result.with_changes(func=replace_expression(result.func, source))
-            result = self._found(hit.rule, original, result, fixed)  # type: ignore[assignment]
-        return result
+        if hit is None or not isinstance(hit.rule.match, CallMatch):
+            return updated
+        if not self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature):
+            return updated
+        fix, fixed = hit.rule.fix, None
+        if fix and fix.keywords:
+            fixed = edit_keywords(updated, fix.keywords)
+        elif fix and fix.rename and callee and (new := renamed(callee, fix.rename)):
+            source, _ = chain_source(dotted_parts(original.func) or [], new, self.table, self.plan)
+            fixed = updated.with_changes(func=replace_expression(updated.func, source))
+        return self._found(hit.rule, original, updated, fixed)  # type: ignore[return-value]
 
     def _conditions_hold(
         self, node: cst.Call, conditions: dict[str, ArgCondition], signature: list[str]
@@ -424,11 +353,11 @@ class Rewriter(cst.CSTTransformer):
                 return False  # *args or **kwargs may carry it: absence cannot be proven
         if condition.string is not None:
             texts = [static_text(s) for v in values for s in _strings_in(v)]
-            if not any(t is not None and _full(condition.string, t) for t in texts):
+            if not any(t is not None and re.fullmatch(condition.string, t) for t in texts):
                 return False
         if condition.name is not None:
             names = [self.table.qualify(p) for v in values if (p := dotted_parts(v))]
-            if not any(_names_match(n, condition.name) for n in names):
+            if not any(name_matches(n, condition.name) for n in names):
                 return False
         return True
 
@@ -488,7 +417,7 @@ class Rewriter(cst.CSTTransformer):
         if mapping is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             return
         index = node.slice[0].slice.value
-        self._mark_where("subscript", index, lambda names: _names_match(mapping, names))
+        self._mark_where("subscript", index, lambda names: name_matches(mapping, names))
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
         return self._fix_string(original, updated)
@@ -523,7 +452,3 @@ class Rewriter(cst.CSTTransformer):
                     fixed = fixed.with_changes(lpar=result.lpar, rpar=result.rpar)
             return self._found(rule, original_node, result, fixed, *needed)
         return result
-
-
-def _full(regex: str, text: str) -> bool:
-    return re.fullmatch(regex, text) is not None
