@@ -17,7 +17,7 @@ from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regr
 from npu_migrate.index import NameHit, RuleIndex, StringRule
 from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches
 from npu_migrate.patterns import render
-from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, Rule
+from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, MethodMatch, Rule
 
 _STRING = (cst.SimpleString, cst.FormattedString)
 _COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
@@ -59,6 +59,19 @@ def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:
 
 def _glob(name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _fits(call: cst.Call, match: MethodMatch) -> bool:
+    """Whether a call's arguments fit the method's declared signature (if it has one)."""
+    if match.signature is None:
+        return True
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    return (
+        all(not a.star for a in positional)
+        and len(positional) <= len(match.signature)
+        and keywords <= set(match.signature[len(positional) :])
+    )
 
 
 def _renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
@@ -311,6 +324,8 @@ class Rewriter(cst.CSTTransformer):
         receiver = dotted_parts(original.func.value)
         if not rules or (receiver and self.table.qualify(receiver)):
             return updated  # `module.function(...)` is not a method call
+        if not _fits(original, rules[0].match):
+            return updated
         new_func = _renamed_attribute(rules[0], updated.func)
         fixed = updated.with_changes(func=new_func) if new_func else None
         return self._found(rules[0], original, updated, fixed)  # type: ignore[return-value]

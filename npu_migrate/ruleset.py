@@ -112,6 +112,11 @@ class CallMatch(Strict):
 
 class MethodMatch(Strict):
     method: Names = Field(description="Method names called on any receiver, e.g. 'cuda'.")
+    signature: list[str] | None = Field(
+        default=None,
+        description="The method's parameters: a call passing other keywords, or more positional "
+        "arguments, is some other class's method of the same name and is left alone.",
+    )
 
 
 class AttributeMatch(Strict):
