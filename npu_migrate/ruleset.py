@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.patterns import METAVARIABLE, Pattern
 
@@ -286,8 +287,9 @@ class Rule(Strict):
     match: Match
     fix: Fix | None = None
     examples: Annotated[list[Example], Field(min_length=1)]
-    category: str = Field(default="", description="Set from the rule file; do not write it.")
-    source: str = Field(default="", description="Set on load: the rule file's path.")
+    # Set on load from the rule file, never written in it (hidden from the published schema).
+    category: SkipJsonSchema[str] = ""
+    source: SkipJsonSchema[str] = ""
 
     @model_validator(mode="after")
     def _fix_fits(self) -> Rule:

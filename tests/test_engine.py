@@ -129,3 +129,12 @@ def test_unsafe_fixes_are_reported_but_not_applied_by_default() -> None:
 def test_files_without_any_trigger_are_not_parsed() -> None:
     result = migrate_source(b"def f(:\n", INDEX, SAFE)  # broken, but nothing to migrate
     assert result.error is None and result.findings == []
+
+
+def test_the_prefilter_skips_prose_but_not_any_spelling_of_a_name() -> None:
+    from npu_migrate.index import tokens
+
+    assert not INDEX.may_match("import torch\n# load the model, then compile it\nx = load(f)\n")
+    assert INDEX.may_match("import torch\nstate = torch.load(path)\n")
+    assert INDEX.may_match("from torch import (\n    zeros,\n    float64,\n)\nzeros(2, dtype=float64, device=d)\n")
+    assert {".load", ".save"} <= tokens("from torch import save, \\\n    load\n")
