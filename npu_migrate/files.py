@@ -61,13 +61,37 @@ def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> Source
     return SourceFile(path, display, data=data)
 
 
+def _is_python(path: Path) -> bool:
+    """A .py file, or a script whose shebang names Python."""
+    if path.suffix in (".py", ".pyi"):
+        return True
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:
-    """Python files under each path (a file named directly is taken as it is), honouring the
-    root .gitignore, never following directory symlinks."""
+    """Python files under each path, each once, honouring the root .gitignore and never
+    following directory symlinks. A file named directly is taken if it is Python (by suffix
+    or shebang)."""
     found: list[SourceFile] = []
+    seen: set[Path] = set()
+
+    def add(path: Path, display: str, root: Path | None) -> None:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            found.append(_load(path, display, root, max_bytes))
+
     for top in paths:
         if top.is_file():
-            found.append(_load(top, str(top), None, max_bytes))
+            if _is_python(top):
+                add(top, str(top), None)
+            else:
+                found.append(SourceFile(top, str(top), skipped="not a Python file"))
             continue
         ignore = _gitignore(top)
         for folder, dirs, names in os.walk(top):
@@ -80,9 +104,8 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             )
             for name in sorted(names):
                 rel = (rel_here / name).as_posix()
-                if not name.endswith(".py") or (ignore and ignore.match_file(rel)):
-                    continue
-                found.append(_load(here / name, str(top / rel) if str(top) != "." else rel, top, max_bytes))
+                if name.endswith(".py") and not (ignore and ignore.match_file(rel)):
+                    add(here / name, str(top / rel), top)
     return found
 
 

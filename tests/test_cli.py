@@ -201,3 +201,16 @@ def test_parallel_and_serial_runs_agree(tmp_path: Path) -> None:
     parallel = run_cli("scan", root, "--format", "json", "-j", "2", cwd=tmp_path)
     assert serial.stdout == parallel.stdout
     assert json.loads(serial.stdout)["summary"]["findings"] == 80
+
+
+def test_each_file_once_and_scripts_by_shebang(tmp_path: Path) -> None:
+    root = project(
+        tmp_path, {"a.py": CUDA_FILE, "train": "#!/usr/bin/env python3\n" + CUDA_FILE, "notes.txt": "x"}
+    )
+    data = json.loads(
+        run_cli("scan", root, root / "a.py", root / "train", "--format", "json", cwd=tmp_path).stdout
+    )
+    assert sorted({f["file"] for f in data["findings"]}) == [str(root / "a.py"), str(root / "train")]
+    assert data["summary"]["findings"] == 4
+    skipped = run_cli("scan", root / "notes.txt", cwd=tmp_path)
+    assert "notes.txt: not a Python file" in skipped.stdout

@@ -136,5 +136,7 @@ def test_the_prefilter_skips_prose_but_not_any_spelling_of_a_name() -> None:
 
     assert not INDEX.may_match("import torch\n# load the model, then compile it\nx = load(f)\n")
     assert INDEX.may_match("import torch\nstate = torch.load(path)\n")
-    assert INDEX.may_match("from torch import (\n    zeros,\n    float64,\n)\nzeros(2, dtype=float64, device=d)\n")
+    assert INDEX.may_match(
+        "from torch import (\n    zeros,\n    float64,\n)\nzeros(2, dtype=float64, device=d)\n"
+    )
     assert {".load", ".save"} <= tokens("from torch import save, \\\n    load\n")
