@@ -7,7 +7,7 @@ import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from npu_migrate.import_plan import plan_imports
 from npu_migrate.imports import add_imports
@@ -39,11 +39,19 @@ def migrate_source(
         return SourceResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module)
     rewriter = Rewriter(module, index, set(enabled), table, plan_imports(index, table))
-    rewritten = MetadataWrapper(module, unsafe_skip_copy=True).visit(rewriter)
+    rewritten = module.visit(rewriter)
+    if not rewriter.matches:
+        return SourceResult()
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    findings = sorted(
+        (m.at(positions) for m in rewriter.matches), key=lambda f: (f.line, f.column, f.rule.code)
+    )
+    if not any(f.applied for f in findings):
+        return SourceResult(findings=findings)
     rewritten, added = add_imports(rewritten, rewriter.needed_imports, table)
     new_source = rewritten.bytes
     return SourceResult(
-        findings=sorted(rewriter.findings, key=lambda f: (f.line, f.column, f.rule.code)),
+        findings=findings,
         added_imports=added,
         new_source=new_source if new_source != source else None,
     )

@@ -117,8 +117,10 @@ class Prefilter:
         self.alternatives.update(alternatives)
 
     def need_regex(self, regex: str) -> None:
+        """A string rule: its regex must match a literal's whole text, so in the source it
+        starts right after an opening quote (prose in comments does not count)."""
         self._regexes.append(regex)
-        self._regex = re.compile("|".join(f"(?:{r})" for r in self._regexes))
+        self._regex = re.compile("(?<=[\"'])(?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
 
     def may_match(self, text: str) -> bool:
         if self._regex is not None and self._regex.search(text):

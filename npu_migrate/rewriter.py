@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import PositionProvider
+from libcst.metadata import CodeRange
 
 from npu_migrate.fixes import chain_source, edit_keywords, replace_expression, substitute_string
 from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regroup, renamed, renamed_by
@@ -32,6 +32,30 @@ class Finding:
     code: str
     replacement: str | None  # the fixed code; None when the rule is report-only
     applied: bool
+
+
+@dataclass(frozen=True)
+class Match:
+    """A finding before its position is known: positions cost a pass over the whole file, so
+    they are computed once, afterwards, and only for files that have matches."""
+
+    rule: Rule
+    node: cst.CSTNode  # in the original tree
+    code: str
+    replacement: str | None
+    applied: bool
+
+    def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
+        where = positions[self.node]
+        return Finding(
+            rule=self.rule,
+            line=where.start.line,
+            column=where.start.column + 1,
+            end_line=where.end.line,
+            code=self.code,
+            replacement=self.replacement,
+            applied=self.applied,
+        )
 
 
 def _strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
@@ -81,8 +105,6 @@ def _renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
 
 
 class Rewriter(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
     def __init__(
         self,
         module: cst.Module,
@@ -97,7 +119,7 @@ class Rewriter(cst.CSTTransformer):
         self.enabled = enabled
         self.table = table
         self.plan = plan
-        self.findings: list[Finding] = []
+        self.matches: list[Match] = []
         self.needed_imports: list[str] = []
         self._not_references: set[cst.CSTNode] = set()
         self._names: dict[cst.CSTNode, tuple[NameHit, list[str], str]] = {}
@@ -113,8 +135,7 @@ class Rewriter(cst.CSTTransformer):
         fixed: cst.CSTNode | cst.FlattenSentinel | None,
         *extra_imports: str | None,
     ) -> cst.CSTNode:
-        """Record a finding; return the fixed node when the rule's fix is enabled."""
-        position = self.get_metadata(PositionProvider, original)
+        """Record a match; return the fixed node when the rule's fix is enabled."""
         code = self.module.code_for_node(original).strip()
         replacement = None
         if isinstance(fixed, cst.FlattenSentinel):
@@ -122,17 +143,7 @@ class Rewriter(cst.CSTTransformer):
         elif fixed is not None:
             replacement = self.module.code_for_node(fixed).strip()
         applied = fixed is not None and rule.applicability in self.enabled
-        self.findings.append(
-            Finding(
-                rule=rule,
-                line=position.start.line,
-                column=position.start.column + 1,
-                end_line=position.end.line,
-                code=code,
-                replacement=replacement,
-                applied=applied,
-            )
-        )
+        self.matches.append(Match(rule, original, code, replacement, applied))
         if not applied:
             return updated
         for name in [*(rule.fix.add_import if rule.fix else []), *extra_imports]:
