@@ -1,3 +1,3 @@
-from npu_migrate.cli import app
+from npu_migrate.cli import main
 
-app(prog_name="npu-migrate")
+main()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from npu_migrate import docs, report
 from npu_migrate.api import FileOutcome, default_jobs, run_rules
@@ -152,8 +153,11 @@ def apply(
         for outcome in changed:
             sys.stdout.write(report.unified_diff(outcome))
     if not dry_run:
-        _write(outcomes, paths, out_dir)
-        csv_path, json_path = report.write_change_list(change_list, outcomes)
+        try:
+            _write(outcomes, paths, out_dir)
+            csv_path, json_path = report.write_change_list(change_list, outcomes)
+        except OSError as exc:
+            fail(f"cannot write {exc.filename}: {exc.strerror}")
     summary = report.Summary.of(outcomes)
     console = err if diff else out
     left = [(display, f) for display, f in report.all_findings(outcomes) if not f.applied]
@@ -166,10 +170,7 @@ def apply(
     if left:
         console.print(f"Left for a human ({len(left)}):")
         report.print_findings(console, left)
-    for display, error in summary.errors:
-        console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
-    for display, reason in summary.skipped:
-        console.print(f"[yellow]skipped[/] {display}: {reason}")
+    report.print_problems(console, summary)
     if not dry_run:
         console.print(f"change list: {csv_path} and {json_path}")
     raise typer.Exit(2 if summary.errors else 1 if left else 0)
@@ -194,8 +195,6 @@ def _write(outcomes: list[FileOutcome], paths: list[Path], out_dir: Path | None)
 @rules_app.command("list")
 def rules_list(rules: RulesOption = None) -> None:
     """Every rule: code, name, category, fix safety and summary."""
-    from rich.table import Table
-
     table = Table("code", "name", "category", "fix", "summary")
     for rule in _rules(rules):
         table.add_row(rule.code, rule.name, rule.category, rule.applicability.value, rule.summary)
@@ -236,3 +235,12 @@ def rules_test(files: Annotated[list[Path], typer.Argument(help="Rule files or f
 def rules_schema() -> None:
     """Print the JSON Schema of rule files (for editors)."""
     sys.stdout.write(json_schema())
+
+
+def main() -> None:
+    """The console entry point: an interrupted run ends quietly with the shell's code."""
+    try:
+        app(prog_name="npu-migrate")
+    except KeyboardInterrupt:
+        err.print("interrupted; every file is either untouched or completely rewritten")
+        raise SystemExit(130) from None

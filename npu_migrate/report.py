@@ -125,18 +125,23 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {_escape(message(finding))}"
         if finding.replacement is not None:
             line += f" [green]→ {_escape(finding.replacement.splitlines()[0])}[/]"
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line)
 
 
 def _escape(text: str) -> str:
     return text.replace("[", "\\[")
 
 
-def print_summary(console: Console, summary: Summary) -> None:
+def print_problems(console: Console, summary: Summary) -> None:
+    """Files that could not be parsed, and files skipped on purpose."""
     for display, error in summary.errors:
-        console.print(f"[red]error[/] {display}: {_escape(error)} (file left untouched)", highlight=False)
+        console.print(f"[red]error[/] {display}: {_escape(error)} (file left untouched)")
     for display, reason in summary.skipped:
-        console.print(f"[yellow]skipped[/] {display}: {reason}", highlight=False)
+        console.print(f"[yellow]skipped[/] {display}: {reason}")
+
+
+def print_summary(console: Console, summary: Summary) -> None:
+    print_problems(console, summary)
     if not summary.findings:
         console.print(f"No CUDA-specific code found in {summary.files} file(s).")
         return
@@ -153,12 +158,10 @@ def print_summary(console: Console, summary: Summary) -> None:
         f"{summary.automatic} migrate automatically ({summary.automatic_share:.0%}), "
         f"{summary.opt_in} more with --unsafe, "
         f"{summary.manual} need a human, {summary.notes} note(s).",
-        highlight=False,
     )
     if summary.manual_by_file:
         console.print(
             "Most manual work: " + ", ".join(f"{f} ({n})" for f, n in summary.manual_by_file[:5]),
-            highlight=False,
         )
 
 
