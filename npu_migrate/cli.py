@@ -154,6 +154,7 @@ def apply(
             sys.stdout.write(report.unified_diff(outcome))
     if not dry_run:
         try:
+            change_list.parent.mkdir(parents=True, exist_ok=True)  # fail before touching sources
             _write(outcomes, paths, out_dir)
             csv_path, json_path = report.write_change_list(change_list, outcomes)
         except OSError as exc:

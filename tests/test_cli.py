@@ -214,3 +214,13 @@ def test_each_file_once_and_scripts_by_shebang(tmp_path: Path) -> None:
     assert data["summary"]["findings"] == 4
     skipped = run_cli("scan", root / "notes.txt", cwd=tmp_path)
     assert "notes.txt: not a Python file" in skipped.stdout
+
+
+def test_a_failed_write_is_one_line_and_touches_no_source(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CUDA_FILE})
+    result = run_cli("apply", root, "--change-list", root / "a.py" / "changes.csv", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot write ") and result.stderr.count("\n") == 1
+    assert (root / "a.py").read_text() == CUDA_FILE
+    made = run_cli("apply", root, "--change-list", tmp_path / "reports" / "changes.csv", cwd=tmp_path)
+    assert made.returncode == 0 and (tmp_path / "reports" / "changes.json").is_file()
