@@ -25,7 +25,7 @@ def chain_source(
                 return local + candidate[len(target) :], None
     target = table.bindings.get(head, "")
     if target and (new_qualified == target or new_qualified.startswith(target + ".")):
-        return head + new_qualified[len(target) :], None
+        return head + new_qualified[len(target) :], None  # keep the alias the author used
     return table.spell(new_qualified)
 
 
