@@ -193,6 +193,36 @@ def _write(outcomes: list[FileOutcome], paths: list[Path], out_dir: Path | None)
     staging.rename(out_dir)
 
 
+@app.command(
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+    }
+)
+def run(
+    ctx: typer.Context,
+    script: Annotated[Path, typer.Argument(help="The Python script to run; its arguments follow it.")],
+    emulate: Annotated[
+        bool | None,
+        typer.Option(
+            "--emulate/--no-emulate",
+            help="Force the NPU emulation on or off [default: emulate when no real torch_npu imports].",
+        ),
+    ] = None,
+) -> None:
+    """Run a migrated script as `python SCRIPT ARGS` would, on the NPU emulation where no NPU exists."""
+    if not script.is_file():
+        fail(f"no such script: {script}")
+    try:
+        from npu_migrate.emulation.runner import real_torch_npu_imports, run_script
+    except ImportError as exc:
+        fail(f"run needs torch ({exc.name} is missing): pip install 'npu-migrate[verify]'")
+    if emulate is None:
+        emulate = not real_torch_npu_imports()
+    raise typer.Exit(run_script(script, list(ctx.args), emulate))
+
+
 @rules_app.command("list")
 def rules_list(rules: RulesOption = None) -> None:
     """Every rule: code, name, category, fix safety and summary."""

@@ -1,0 +1,46 @@
+"""NPU emulation over CPU (or CUDA): runs migrated code where no NPU exists.
+
+Needs torch; never imported by scan or apply. `SITE` is the folder holding the `torch_npu`
+stand-in package; putting it first on sys.path (or PYTHONPATH) makes `import torch_npu` load
+the emulation instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+SITE = Path(__file__).parent / "site"
+BACKING_VARIABLE = "NPU_MIGRATE_BACKING"  # cpu, cuda or cuda:N; default: cuda if present, else cpu
+
+
+def activate(package: str = "torch_npu") -> None:
+    """Install the emulation and alias torch_npu's submodules to it (idempotent)."""
+    from npu_migrate.emulation import amp, device, npu_module, optim, profiler
+
+    backing = device.install(os.environ.get(BACKING_VARIABLE))
+    aliases = {
+        f"{package}.npu": npu_module,
+        f"{package}.npu.amp": amp,
+        f"{package}.optim": optim,
+        f"{package}.profiler": profiler,
+    }
+    for name, module in aliases.items():
+        sys.modules.setdefault(name, module)
+    top = sys.modules.get(package)
+    if top is not None:
+        for name, module in aliases.items():
+            if name.count(".") == 1:
+                setattr(top, name.split(".")[1], module)
+        top.__version__ = "2.13.0+emulated"
+    if not getattr(activate, "announced", False):
+        print(f"npu-migrate: torch_npu is emulated on {backing} (no NPU in use)", file=sys.stderr)
+        activate.announced = True  # type: ignore[attr-defined]
+
+
+def use_site() -> None:
+    """Make `import torch_npu` find the stand-in in this process and in child processes."""
+    if str(SITE) not in sys.path:
+        sys.path.insert(0, str(SITE))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))

@@ -1,0 +1,93 @@
+"""Installing the NPU emulation into torch: "npu" becomes a valid device name whose tensors live
+on the backing device, `torch.npu` answers the device API, and the tensor and module methods,
+autocast, gradient scaling, checkpoint loading and the hccl backend accept "npu"."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from npu_migrate.emulation import amp, npu_module, state
+
+_installed = False
+
+
+class _NpuDevices(TorchFunctionMode):
+    """Maps every "npu" device argument of a torch function or tensor method (factories,
+    `Tensor.to`, `new_*`, ...) to the backing device before dispatch."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.device:  # "npu:0" stays an NPU device; it is mapped where it is used
+            return func(*args, **kwargs)
+        if "device" in kwargs and state.is_npu(kwargs["device"]):
+            kwargs = {**kwargs, "device": state.real(kwargs["device"])}
+        if any(state.is_npu(a) for a in args):
+            args = tuple(state.real(a) for a in args)
+        return func(*args, **kwargs)
+
+
+def _tensor_npu(
+    self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any
+) -> torch.Tensor:
+    target = state.real(torch.device("npu", state.index_of(device)) if device is not None else "npu")
+    return self.to(target, non_blocking=non_blocking, **kwargs)
+
+
+def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
+    return self.to(state.real("npu" if device is None else torch.device("npu", state.index_of(device))))
+
+
+def _load(original: Any) -> Any:
+    @functools.wraps(original)
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(map_location, str | torch.device):
+            map_location = state.real(map_location)
+        return original(f, map_location, *args, **kwargs)
+
+    return load
+
+
+def _register_hccl() -> None:
+    """`init_process_group("hccl")` runs on gloo (or nccl on a CUDA backing)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or "hccl" in dist.Backend.backend_list:
+        return
+    real = "nccl" if state.backing().type == "cuda" else "gloo"
+    creator = dist.Backend._plugins.get(real.upper()) if hasattr(dist.Backend, "_plugins") else None
+    if creator is None:
+
+        def creator(store, rank, size, timeout):
+            from torch.distributed.distributed_c10d import ProcessGroupGloo
+
+            return ProcessGroupGloo(store, rank, size, timeout)
+
+    dist.Backend.register_backend("hccl", creator, devices=["cpu", "npu"])
+    dist.is_hccl_available = lambda: True
+
+
+def install(backing: str | None = None) -> torch.device:
+    """Make "npu" usable in this process; idempotent. Returns the backing device."""
+    global _installed
+    if _installed:
+        return state.backing()
+    device = state.choose(backing)
+    torch.utils.rename_privateuse1_backend("npu")
+    torch._register_device_module("npu", npu_module)
+    sys.modules.setdefault("torch.npu", npu_module)
+    torch.Tensor.npu = _tensor_npu
+    torch.Tensor.is_npu = property(lambda self: self.device.type == state.backing().type)
+    torch.nn.Module.npu = _module_npu
+    torch.autocast = amp.DeviceAutocast
+    torch.amp.autocast = amp.DeviceAutocast
+    torch.amp.GradScaler = amp.DeviceGradScaler
+    torch.load = _load(torch.load)
+    _register_hccl()
+    _NpuDevices().__enter__()
+    _installed = True
+    return device

@@ -1,0 +1,329 @@
+"""The `torch.npu` module of the emulation: the device API migrated code calls, answered by the
+backing device (the CPU, or CUDA where present). Registered as `torch.npu` by `device.install`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from npu_migrate.emulation import amp, state  # noqa: F401 - torch.npu.amp
+
+# Storage and tensor type names kept for code that still spells them (`torch.npu.FloatTensor`).
+FloatTensor = torch.FloatTensor
+HalfTensor = torch.HalfTensor
+BFloat16Tensor = torch.BFloat16Tensor
+DoubleTensor = torch.DoubleTensor
+LongTensor = torch.LongTensor
+IntTensor = torch.IntTensor
+BoolTensor = torch.BoolTensor
+ByteTensor = torch.ByteTensor
+
+
+def _cuda() -> bool:
+    return state.backing().type == "cuda"
+
+
+# ---------------------------------------------------------------- devices
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """Nothing to initialise: the backing device is ready."""
+
+
+def device_count() -> int:
+    return torch.cuda.device_count() if _cuda() else 1
+
+
+_current = 0
+
+
+def set_device(device: int | str | torch.device) -> None:
+    global _current
+    _current = state.index_of(device)
+    if _cuda():
+        torch.cuda.set_device(_current)
+
+
+def current_device() -> int:
+    return _current
+
+
+def get_device_name(device: Any = None) -> str:
+    return f"Ascend NPU (emulated on {state.backing()})"
+
+
+def get_device_capability(device: Any = None) -> None:
+    """None, as on a real NPU: code that branches on a CUDA compute capability must not."""
+    return None
+
+
+def get_device_properties(device: Any = None) -> Any:
+    if _cuda():
+        return torch.cuda.get_device_properties(device)
+    return _Properties(get_device_name(), total_memory=0, multi_processor_count=1)
+
+
+class _Properties:
+    def __init__(self, name: str, total_memory: int, multi_processor_count: int) -> None:
+        self.name = name
+        self.total_memory = total_memory
+        self.multi_processor_count = multi_processor_count
+
+    def __repr__(self) -> str:
+        return f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory})"
+
+
+def is_bf16_supported() -> bool:
+    return True
+
+
+def synchronize(device: Any = None) -> None:
+    if _cuda():
+        torch.cuda.synchronize()
+
+
+def utilization(device: Any = None) -> int:
+    return 0
+
+
+@contextlib.contextmanager
+def device(device: Any) -> Iterator[None]:
+    previous = current_device()
+    set_device(device)
+    try:
+        yield
+    finally:
+        set_device(previous)
+
+
+# ---------------------------------------------------------------- random numbers
+
+
+def manual_seed(seed: int) -> None:
+    if _cuda():
+        torch.cuda.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    if _cuda():
+        torch.cuda.manual_seed_all(seed)
+
+
+def seed() -> None:
+    torch.seed()
+
+
+def seed_all() -> None:
+    torch.seed()
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()
+
+
+def get_rng_state(device: Any = None) -> torch.Tensor:
+    return torch.cuda.get_rng_state() if _cuda() else torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
+    if _cuda():
+        torch.cuda.set_rng_state(new_state)
+    else:
+        torch.set_rng_state(new_state)
+
+
+def _is_in_bad_fork() -> bool:
+    """torch.manual_seed asks every registered device module this."""
+    return False
+
+
+# ---------------------------------------------------------------- memory
+
+
+def memory_allocated(device: Any = None) -> int:
+    return torch.cuda.memory_allocated() if _cuda() else 0
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return torch.cuda.max_memory_allocated() if _cuda() else 0
+
+
+def memory_reserved(device: Any = None) -> int:
+    return torch.cuda.memory_reserved() if _cuda() else 0
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return torch.cuda.max_memory_reserved() if _cuda() else 0
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    return torch.cuda.memory_stats() if _cuda() else {}
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    if _cuda():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    if _cuda():
+        torch.cuda.empty_cache()
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    return torch.cuda.mem_get_info() if _cuda() else (0, 0)
+
+
+# ---------------------------------------------------------------- streams and events
+
+
+class Stream:
+    """Work runs in order on the backing device; a stream only has to exist and synchronise."""
+
+    def __init__(self, device: Any = None, priority: int = 0) -> None:
+        self.device = state.backing()
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def wait_stream(self, stream: Stream) -> None:
+        synchronize()
+
+    def wait_event(self, event: Event) -> None:
+        synchronize()
+
+    def query(self) -> bool:
+        return True
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+
+_default_stream = Stream()
+
+
+def current_stream(device: Any = None) -> Stream:
+    return _default_stream
+
+
+def default_stream(device: Any = None) -> Stream:
+    return _default_stream
+
+
+@contextlib.contextmanager
+def stream(stream: Stream | None) -> Iterator[None]:
+    yield
+
+
+def set_stream(stream: Stream) -> None:
+    """Streams are not emulated: everything runs on one queue."""
+
+
+class Event:
+    """Host-clock timing: elapsed_time is in milliseconds, as on the device."""
+
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> None:
+        self._time: float | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        synchronize()
+        self._time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def wait(self, stream: Stream | None = None) -> None:
+        synchronize()
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: Event) -> float:
+        if self._time is None or end._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end._time - self._time) * 1000.0
+
+
+# ---------------------------------------------------------------- precision switches
+
+
+class _AllowHF32:
+    """`torch.npu.matmul.allow_hf32` and `torch.npu.conv.allow_hf32`: HF32 has no CPU
+    counterpart, so the switch is remembered (and mirrored to TF32 on a CUDA backing)."""
+
+    def __init__(self, default: bool, mirror: str) -> None:
+        self._allow = default
+        self._mirror = mirror
+
+    @property
+    def allow_hf32(self) -> bool:
+        return self._allow
+
+    @allow_hf32.setter
+    def allow_hf32(self, value: bool) -> None:
+        self._allow = bool(value)
+        if _cuda():
+            target = torch.backends.cuda.matmul if self._mirror == "matmul" else torch.backends.cudnn
+            target.allow_tf32 = bool(value)
+
+
+matmul = _AllowHF32(default=False, mirror="matmul")
+conv = _AllowHF32(default=True, mirror="conv")
+
+
+# ---------------------------------------------------------------- markers (mstx)
+
+
+class mstx:
+    """Markers and ranges for the Ascend profiler: accepted and ignored."""
+
+    _next = 0
+
+    @staticmethod
+    def mark(message: str, stream: Any = None, domain: str = "default") -> None:
+        return None
+
+    @staticmethod
+    def range_push(message: str, stream: Any = None, domain: str = "default") -> int:
+        return 0
+
+    @staticmethod
+    def range_pop(domain: str = "default") -> int:
+        return 0
+
+    @staticmethod
+    def range_start(message: str, stream: Any = None, domain: str = "default") -> int:
+        mstx._next += 1
+        return mstx._next
+
+    @staticmethod
+    def range_end(range_id: int, domain: str = "default") -> None:
+        return None
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.float16, torch.bfloat16]
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled(state.backing().type)
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype(state.backing().type)

@@ -1,0 +1,9 @@
+"""Stand-in for torch_npu, put first on sys.path by `npu-migrate run --emulate` and `verify`
+where no NPU exists. Importing it installs the NPU emulation (see npu_migrate.emulation) and
+says so on stderr; it is never found unless npu-migrate puts it there."""
+
+from npu_migrate.emulation import activate as _activate
+
+_activate(__name__)
+
+from npu_migrate.emulation.ops import *  # noqa: E402, F403 - the fused operators, as torch_npu exports them

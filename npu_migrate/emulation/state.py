@@ -1,0 +1,46 @@
+"""Which real device stands in for the NPU. Chosen once, when the emulation is installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_backing = torch.device("cpu")
+
+
+def choose(backing: str | None) -> torch.device:
+    """The requested backing device, or CUDA when present, else the CPU."""
+    global _backing
+    _backing = torch.device(backing or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return _backing
+
+
+def backing() -> torch.device:
+    return _backing
+
+
+def index_of(device: Any) -> int:
+    """The device index in `npu:1`, `torch.device("npu", 1)` or `1` (0 when none is given)."""
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device) and device.index is not None:
+        return device.index
+    return 0
+
+
+def is_npu(device: Any) -> bool:
+    if isinstance(device, str):
+        return device == "npu" or device.startswith("npu:")
+    return isinstance(device, torch.device) and device.type == "npu"
+
+
+def real(device: Any) -> Any:
+    """An NPU device (string or torch.device) mapped to the backing device; anything else as is."""
+    if not is_npu(device):
+        return device
+    if _backing.type == "cuda":
+        return torch.device("cuda", index_of(device))
+    return _backing

@@ -1,0 +1,103 @@
+"""The NPU emulation as migrated code meets it, through `npu-migrate run --emulate` in a child
+process (installing the emulation changes torch for the whole process)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import run_cli
+
+pytest.importorskip("torch")
+
+DEVICE_API = r"""
+import sys
+import torch
+import torch_npu
+
+assert __name__ == "__main__" and sys.argv[1:] == ["--steps", "2"], sys.argv
+assert torch.npu.is_available() and torch.npu.device_count() >= 1
+torch.npu.set_device(0)
+assert torch.npu.current_device() == 0
+device = torch.device("npu:0")
+x = torch.randn(4, 3, device="npu")
+y = torch.ones(4, 3).npu(non_blocking=True)
+z = torch.zeros(2, device=device).to("npu").to(device=torch.device("npu", 0))
+assert x.is_npu and y.is_npu and z.is_npu
+model = torch.nn.Linear(3, 2).npu()
+model.to("npu:0")
+assert next(model.parameters()).is_npu
+torch.manual_seed(0)
+torch.npu.manual_seed_all(0)
+start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+stream = torch.npu.Stream()
+start.record()
+with torch.npu.stream(stream):
+    out = model(x)
+end.record()
+torch.npu.synchronize()
+assert end.elapsed_time(start) <= 0 <= start.elapsed_time(end)
+torch.npu.matmul.allow_hf32 = True
+torch.npu.conv.allow_hf32 = False
+assert torch.npu.matmul.allow_hf32 and not torch.npu.conv.allow_hf32
+with torch.npu.amp.autocast(dtype=torch.bfloat16):
+    assert model(x).dtype == torch.bfloat16
+with torch.autocast("npu", dtype=torch.bfloat16):
+    assert model(x).dtype == torch.bfloat16
+scaler = torch.npu.amp.GradScaler()
+loss = model(x).sum()
+scaler.scale(loss).backward()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler.step(opt)
+scaler.update()
+assert torch.amp.GradScaler("npu").is_enabled() in (True, False)
+torch.save(model.state_dict(), sys.argv[0] + ".pt")
+state = torch.load(sys.argv[0] + ".pt", map_location="npu")
+assert all(t.is_npu for t in state.values())
+assert torch.npu.memory_allocated() >= 0 and torch.npu.get_device_capability() is None
+print("device api ok")
+sys.exit(3)
+"""
+
+
+def write(tmp_path: Path, name: str, code: str) -> Path:
+    path = tmp_path / name
+    path.write_text(code)
+    return path
+
+
+def test_migrated_device_code_runs_on_the_emulation(tmp_path: Path) -> None:
+    script = write(tmp_path, "train.py", DEVICE_API)
+    result = run_cli("run", "--emulate", script, "--steps", "2", cwd=tmp_path)
+    assert "device api ok" in result.stdout, result.stderr
+    assert result.returncode == 3, "the script's own exit code"
+    assert "torch_npu is emulated on cpu" in result.stderr
+
+
+def test_without_torch_npu_run_says_it_emulates(tmp_path: Path) -> None:
+    script = write(tmp_path, "s.py", "import torch_npu, torch\nprint(torch.zeros(1, device='npu').device)\n")
+    result = run_cli("run", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "cpu"
+    assert "emulated" in result.stderr
+
+
+def test_no_emulation_means_a_real_torch_npu_is_needed(tmp_path: Path) -> None:
+    script = write(tmp_path, "s.py", "import torch_npu\n")
+    result = run_cli("run", "--no-emulate", script, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "ModuleNotFoundError: No module named 'torch_npu'" in result.stderr
+
+
+def test_the_stand_in_is_never_found_unless_asked_for() -> None:
+    import importlib.util
+
+    assert importlib.util.find_spec("torch_npu") is None
+    assert all("emulation" not in p for p in sys.path)
+
+
+def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("run", "nope.py", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip() == "error: no such script: nope.py"

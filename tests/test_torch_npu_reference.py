@@ -1,0 +1,93 @@
+"""Rules and emulation are checked against the real torch_npu sources (unpacked by
+../shared/tools/torch-npu-reference, never imported): every torch_npu / torch.npu name a rule
+writes or the emulation offers, and every operator parameter, must exist there."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+
+import pytest
+
+from npu_migrate.import_plan import renamed
+from npu_migrate.reference import TorchNpuReference, reference
+from npu_migrate.ruleset import NameMatch, load_rules
+
+
+@pytest.fixture(scope="module")
+def real() -> TorchNpuReference:
+    found = reference()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must unpack torch_npu with ../shared/tools/torch-npu-reference")
+        pytest.skip("torch_npu reference not unpacked (run ../shared/tools/torch-npu-reference)")
+    return found
+
+
+def npu_name(name: str) -> bool:
+    return name.startswith(("torch.npu", "torch_npu"))
+
+
+def written_names() -> set[str]:
+    """Every torch.npu / torch_npu name that a built-in rule can write."""
+    names = set()
+    for rule in load_rules():
+        fix = rule.fix
+        if fix is None:
+            continue
+        if fix.rename and isinstance(rule.match, NameMatch):
+            for pattern in rule.match.name:
+                new = renamed(pattern.removesuffix(".*"), fix.rename)
+                if new and npu_name(new):
+                    names.add(new)
+        if fix.template:
+            names.update(n for n in re.findall(r"[A-Za-z_][\w.]*", fix.template) if npu_name(n))
+    return names
+
+
+def test_the_resolver_can_say_no(real: TorchNpuReference) -> None:
+    assert real.has("torch.npu.synchronize") and real.has("torch.npu.mstx.range_push")
+    assert not real.has("torch.npu.nvtx") and not real.has("torch.npu.mstx.range")
+    assert not real.has("torch_npu.npu_flash_attention_that_does_not_exist")
+
+
+def test_every_name_a_rule_writes_exists(real: TorchNpuReference) -> None:
+    names = written_names()
+    assert len(names) > 80
+    missing = sorted(n for n in names if not real.has(n))
+    assert missing == [], f"rules write names torch_npu does not have: {missing}"
+
+
+def test_every_name_the_emulation_offers_exists(real: TorchNpuReference) -> None:
+    pytest.importorskip("torch")
+    from npu_migrate.emulation import amp, npu_module, optim, profiler
+
+    offered = [f"torch.npu.{n}" for n in vars(npu_module) if not n.startswith("_") and _own(npu_module, n)]
+    offered += [f"torch.npu.amp.{n}" for n in ("autocast", "GradScaler", "custom_fwd", "custom_bwd")]
+    offered += [f"torch_npu.optim.{n}" for n in optim.__all__]
+    offered += [f"torch_npu.profiler.{n}" for n in profiler.__all__]
+    offered += ["torch.npu.mstx." + n for n in vars(npu_module.mstx) if not n.startswith("_")]
+    missing = sorted(n for n in offered if not real.has(n))
+    assert missing == [], f"the emulation offers names torch_npu does not have: {missing}"
+    assert amp.autocast.__init__.__code__.co_varnames[1:4] == ("enabled", "dtype", "cache_enabled")
+
+
+def _own(module: object, name: str) -> bool:
+    """Names the module defines for its API (not the modules and helpers it imports)."""
+    value = getattr(module, name)
+    return not inspect.ismodule(value) and getattr(value, "__module__", module.__name__) in (
+        module.__name__,  # type: ignore[attr-defined]
+        "torch",
+        "torch.cuda",
+    )
+
+
+def test_emulated_operators_have_the_real_signatures(real: TorchNpuReference) -> None:
+    pytest.importorskip("torch")
+    from npu_migrate.emulation import ops
+
+    for name in ops.__all__:
+        assert name in real.ops, f"torch_npu has no operator {name}"
+        parameters = tuple(inspect.signature(getattr(ops, name)).parameters)
+        assert parameters == real.ops[name].parameters, f"{name}: {parameters} != {real.ops[name].parameters}"
