@@ -43,6 +43,14 @@ class NameTable:
         else:
             self.exact[pattern].append(rule)
 
+    def rules_for(self, qualified: str) -> list[Rule]:
+        """Every rule for exactly `qualified` or for a prefix it lies under, most specific first."""
+        parts = qualified.split(".")
+        found = list(self.exact.get(qualified, []))
+        for size in range(len(parts) - 1, 0, -1):
+            found.extend(self.under.get(".".join(parts[:size]), []))
+        return found
+
     def lookup(self, qualified: str, whole: bool = False) -> NameHit | None:
         """The most specific rule for `qualified` or, unless `whole`, for one of its prefixes."""
         parts = qualified.split(".")

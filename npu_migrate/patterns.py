@@ -12,7 +12,7 @@ import libcst as cst
 
 from npu_migrate.names import dotted_parts
 
-METAVARIABLE = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
+METAVARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PREFIX = "__mv_"
 _IGNORED = (
     cst.SimpleWhitespace,
@@ -64,7 +64,7 @@ class Pattern:
     @property
     def words(self) -> set[str]:
         """Identifiers the pattern needs, for the text prefilter."""
-        return {w for w in re.findall(r"[A-Za-z_]\w+", self.source) if not w.isupper()}
+        return set(re.findall(r"[A-Za-z_]\w+", METAVARIABLE.sub(" ", self.source)))
 
     def match(self, node: cst.CSTNode, qualify: Qualify) -> dict[str, cst.CSTNode] | None:
         bindings: dict[str, cst.CSTNode] = {}
@@ -131,20 +131,73 @@ class _Spelling(cst.CSTTransformer):
         return cst.parse_expression(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
 
-def render(
-    template: str, bindings: dict[str, cst.CSTNode], module: cst.Module, spell: Spell
-) -> tuple[cst.CSTNode, list[str]]:
-    """Fill a fix template with the code each metavariable matched; qualified names in the
-    template are spelled through the file's imports. Returns the node and modules to import."""
-    for name in METAVARIABLE.findall(template):
-        if name not in bindings:
-            raise ValueError(f"template uses ${name}, which the pattern does not bind")
+_ATOMIC = (
+    cst.Name,
+    cst.Attribute,
+    cst.Call,
+    cst.Subscript,
+    cst.SimpleString,
+    cst.FormattedString,
+    cst.ConcatenatedString,
+    cst.Integer,
+    cst.Float,
+    cst.Imaginary,
+    cst.List,
+    cst.Tuple,
+    cst.Dict,
+    cst.Set,
+)
+
+
+def placeholders(code: str) -> str:
+    return METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), code)
+
+
+class _Fill(cst.CSTTransformer):
+    """Puts each metavariable's code in place (parenthesised where an operator needs it), and
+    drops keyword arguments whose value needs a metavariable that is not bound."""
+
+    def __init__(self, codes: dict[str, str]) -> None:
+        super().__init__()
+        self.codes = codes
+        self.bare: set[cst.CSTNode] = set()
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        self.bare.add(node.value)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg | cst.RemovalSentinel:
+        wanted = re.findall(_PREFIX + r"(\w+)", cst.Module(body=[]).code_for_node(original.value))
+        if original.keyword is not None and any(w not in self.codes for w in wanted):
+            return cst.RemoveFromParent()
+        return updated
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        args = list(updated.args)
+        if args and len(args) < len(original.args):  # an argument was dropped: no dangling comma
+            args[-1] = args[-1].with_changes(comma=original.args[-1].comma)
+        return updated.with_changes(args=args)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if not original.value.startswith(_PREFIX):
+            return updated
+        name = original.value[len(_PREFIX) :]
+        if name not in self.codes:
+            raise ValueError(f"${name} is not bound here")
+        value = cst.parse_expression(self.codes[name])
+        if original in self.bare or isinstance(value, _ATOMIC) or value.lpar:
+            return value
+        return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def fill(template: str, codes: dict[str, str], spell: Spell) -> tuple[cst.CSTNode, list[str]]:
+    """Fill a fix template with the code of each bound metavariable; qualified names in the
+    template are spelled through the file's imports. Returns the node and modules to import.
+    Raises ValueError when a metavariable the template needs outside an optional keyword
+    argument is not bound."""
     spelling = _Spelling(spell)
-    tree = _parse(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), template)).visit(spelling)
-    code = cst.Module(body=[]).code_for_node(tree)
-    filled = re.sub(
-        _PREFIX + r"([A-Z_][A-Z0-9_]*)",
-        lambda m: module.code_for_node(bindings[m.group(1)]),
-        code,
-    )
-    return _parse(filled), spelling.needed
+    tree = _parse(placeholders(template)).visit(spelling).visit(_Fill(codes))
+    return tree, spelling.needed
+
+
+def code_of(node: cst.CSTNode, module: cst.Module) -> str:
+    return module.code_for_node(node).strip()

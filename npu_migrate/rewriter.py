@@ -16,7 +16,7 @@ from npu_migrate.fixes import chain_source, edit_keywords, replace_expression, s
 from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regroup, renamed, renamed_by
 from npu_migrate.index import NameHit, RuleIndex, StringRule
 from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches
-from npu_migrate.patterns import render
+from npu_migrate.patterns import code_of, fill
 from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, MethodMatch, Rule
 
 _STRING = (cst.SimpleString, cst.FormattedString)
@@ -85,16 +85,15 @@ def _glob(name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
-def _fits(call: cst.Call, match: MethodMatch) -> bool:
-    """Whether a call's arguments fit the method's declared signature (if it has one)."""
-    if match.signature is None:
-        return True
+def _fits(call: cst.Call, signature: list[str]) -> bool:
+    """Whether every argument of a call is one of `signature`'s parameters (no *args, **kwargs,
+    extra positionals or other keywords)."""
     positional = [a for a in call.args if a.keyword is None]
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     return (
         all(not a.star for a in positional)
-        and len(positional) <= len(match.signature)
-        and keywords <= set(match.signature[len(positional) :])
+        and len(positional) <= len(signature)
+        and keywords <= set(signature[len(positional) :])
     )
 
 
@@ -335,26 +334,63 @@ class Rewriter(cst.CSTTransformer):
         receiver = dotted_parts(original.func.value)
         if not rules or (receiver and self.table.qualify(receiver)):
             return updated  # `module.function(...)` is not a method call
-        if not _fits(original, rules[0].match):
+        signature = rules[0].match.signature if isinstance(rules[0].match, MethodMatch) else None
+        if signature is not None and not _fits(original, signature):
             return updated
         new_func = _renamed_attribute(rules[0], updated.func)
         fixed = updated.with_changes(func=new_func) if new_func else None
         return self._found(rules[0], original, updated, fixed)  # type: ignore[return-value]
 
     def _fix_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """The first call rule (in catalog order) whose conditions hold: specific rewrites come
+        before the rule that reports the calls they cannot prove safe."""
         callee = self._callee(original)
-        hit = self.index.calls.lookup(callee, whole=True) if callee else None
-        if hit is None or not isinstance(hit.rule.match, CallMatch):
-            return updated
-        if not self._conditions_hold(original, hit.rule.match.args, hit.rule.match.signature):
-            return updated
-        fix, fixed = hit.rule.fix, None
+        for rule in self.index.calls.rules_for(callee) if callee else []:
+            match = rule.match
+            if not isinstance(match, CallMatch):
+                continue
+            if match.strict and not _fits(original, match.signature):
+                continue
+            if not self._conditions_hold(original, match.args, match.signature):
+                continue
+            return self._found(
+                rule, original, updated, *self._call_fix(rule, match, callee, original, updated)
+            )  # type: ignore[return-value]
+        return updated
+
+    def _call_fix(
+        self, rule: Rule, match: CallMatch, callee: str, original: cst.Call, updated: cst.Call
+    ) -> tuple[cst.BaseExpression | None, ...]:
+        """The fixed call and any module the fix needs, or (None,) for a report-only rule."""
+        fix = rule.fix
         if fix and fix.keywords:
-            fixed = edit_keywords(updated, fix.keywords)
-        elif fix and fix.rename and callee and (new := renamed(callee, fix.rename)):
-            source, _ = chain_source(dotted_parts(original.func) or [], new, self.table, self.plan)
-            fixed = updated.with_changes(func=replace_expression(updated.func, source))
-        return self._found(hit.rule, original, updated, fixed)  # type: ignore[return-value]
+            return (edit_keywords(updated, fix.keywords),)
+        if fix and fix.rename and (new := renamed(callee, fix.rename)):
+            source, module = chain_source(dotted_parts(original.func) or [], new, self.table, self.plan)
+            return updated.with_changes(func=replace_expression(updated.func, source)), module
+        if fix and fix.template:
+            codes = {
+                param: code_of(values[0], self.module)
+                for param in {*match.signature, *match.args}
+                if (
+                    values := list(
+                        self._arguments(
+                            updated, Argument(of=["*"], keyword=[param], signature=match.signature)
+                        )
+                    )
+                )
+            }
+            try:
+                needed: list[str] = []
+                for param, default in fix.defaults.items():
+                    if param not in codes:
+                        node, more = fill(default, codes, self.table.spell)
+                        codes[param], needed = code_of(node, self.module), needed + more
+                node, more = fill(fix.template, codes, self.table.spell)
+            except ValueError:
+                return (None,)  # an argument the template needs is missing: report only
+            return node.with_changes(lpar=updated.lpar, rpar=updated.rpar), *needed, *more
+        return (None,)
 
     def _conditions_hold(
         self, node: cst.Call, conditions: dict[str, ArgCondition], signature: list[str]
@@ -385,7 +421,11 @@ class Rewriter(cst.CSTTransformer):
             names = [self.table.qualify(p) for v in values if (p := dotted_parts(v))]
             if not any(name_matches(n, condition.name) for n in names):
                 return False
-        return True
+        if condition.code is not None:
+            codes = [code_of(v, self.module) for v in values] or [condition.default]
+            if not any(c in condition.code for c in codes):
+                return False
+        return not condition.simple or all(dotted_parts(v) for v in values)
 
     # ------------------------------------------------------------ strings in their contexts
 
@@ -473,7 +513,8 @@ class Rewriter(cst.CSTTransformer):
                 continue
             fixed, needed = None, []
             if rule.fix and rule.fix.template:
-                fixed, needed = render(rule.fix.template, bindings, self.module, self.table.spell)
+                codes = {name: code_of(node, self.module) for name, node in bindings.items()}
+                fixed, needed = fill(rule.fix.template, codes, self.table.spell)
                 if isinstance(result, cst.BaseExpression) and isinstance(fixed, cst.BaseExpression):
                     fixed = fixed.with_changes(lpar=result.lpar, rpar=result.rpar)
             return self._found(rule, original_node, result, fixed, *needed)

@@ -65,6 +65,16 @@ class ArgCondition(Strict):
     string: Regex | None = Field(default=None, description="Regex the string value must match.")
     name: list[str] | None = Field(default=None, description="Qualified names the value must resolve to.")
     present: bool | None = Field(default=None, description="Whether the argument must be given.")
+    code: list[str] | None = Field(
+        default=None, description="Source texts the value must be one of, e.g. ['True']."
+    )
+    default: str | None = Field(
+        default=None, description="The code an absent argument stands for, for the `code` check."
+    )
+    simple: bool | None = Field(
+        default=None,
+        description="The value must be a plain name or attribute chain (safe to repeat in a fix).",
+    )
 
 
 class Argument(Strict):
@@ -108,6 +118,11 @@ class CallMatch(Strict):
     signature: list[str] = Field(default_factory=list, description="Positional parameter names.")
     args: dict[str, ArgCondition] = Field(
         default_factory=dict, description="Conditions on arguments, by parameter name."
+    )
+    strict: bool = Field(
+        default=False,
+        description="Match only calls whose arguments all fit `signature` (no other keywords, "
+        "no *args or **kwargs): what a fix does not know, it must not drop.",
     )
 
 
@@ -234,7 +249,14 @@ class Fix(Strict):
         description="Qualified-name prefix (or method / attribute name) -> its replacement.",
     )
     template: str | None = Field(
-        default=None, description="Replacement code; $NAME inserts what a metavariable matched."
+        default=None,
+        description="Replacement code; $NAME inserts what a pattern metavariable matched, or for a "
+        "call match the argument of that parameter. A keyword argument whose value needs an "
+        "absent argument (without a default) is left out.",
+    )
+    defaults: dict[str, str] = Field(
+        default_factory=dict,
+        description="For call templates: code standing for an absent argument (may use $NAME).",
     )
     substitute: list[Substitute] | None = Field(
         default=None, description="Regex replacements applied in order to a string literal's text."
@@ -296,14 +318,17 @@ class Rule(Strict):
         if (self.applicability is Applicability.manual) != (self.fix is None):
             raise ValueError("manual rules have no fix; safe and unsafe rules need one")
         if self.fix and self.fix.template:
-            if not isinstance(self.match, PatternMatch):
-                raise ValueError("a template fix needs a pattern match")
-            unbound = set(METAVARIABLE.findall(self.fix.template)) - set(
-                METAVARIABLE.findall(self.match.pattern)
-            )
+            if isinstance(self.match, PatternMatch):
+                bindable = set(METAVARIABLE.findall(self.match.pattern))
+            elif isinstance(self.match, CallMatch):
+                bindable = set(self.match.signature) | set(self.match.args)
+            else:
+                raise ValueError("a template fix needs a pattern or call match")
+            used = METAVARIABLE.findall(self.fix.template + " ".join(self.fix.defaults.values()))
+            unbound = set(used) - bindable
             if unbound:
                 raise ValueError(
-                    f"the template uses ${', $'.join(sorted(unbound))}, which the pattern does not bind"
+                    f"the template uses ${', $'.join(sorted(unbound))}, which the match does not bind"
                 )
         if self.fix and self.fix.substitute and not isinstance(self.match, StringMatch):
             raise ValueError("a substitute fix needs a string match")

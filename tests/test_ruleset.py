@@ -79,7 +79,7 @@ def test_a_good_rule_file_loads(tmp_path: Path) -> None:
         ),
         (
             {"match": {"pattern": "f($X)"}, "fix": {"template": "g($Y)"}},
-            "the template uses $Y, which the pattern",
+            "the template uses $Y, which the match",
         ),
     ],
 )
