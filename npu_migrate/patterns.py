@@ -161,15 +161,18 @@ class _Fill(cst.CSTTransformer):
         super().__init__()
         self.codes = codes
         self.bare: set[cst.CSTNode] = set()
+        self.dropped: set[cst.Arg] = set()
 
-    def visit_Arg(self, node: cst.Arg) -> None:
+    def visit_Arg(self, node: cst.Arg) -> bool:
         self.bare.add(node.value)
+        wanted = re.findall(_PREFIX + r"(\w+)", cst.Module(body=[]).code_for_node(node.value))
+        if node.keyword is not None and any(w not in self.codes for w in wanted):
+            self.dropped.add(node)
+            return False
+        return True
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg | cst.RemovalSentinel:
-        wanted = re.findall(_PREFIX + r"(\w+)", cst.Module(body=[]).code_for_node(original.value))
-        if original.keyword is not None and any(w not in self.codes for w in wanted):
-            return cst.RemoveFromParent()
-        return updated
+        return cst.RemoveFromParent() if original in self.dropped else updated
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         args = list(updated.args)

@@ -8,6 +8,7 @@ import ast
 import contextlib
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -99,7 +100,12 @@ class TorchNpuReference:
 
     def _tree(self, module: list[str]) -> ast.Module | None:
         source = self._module_file(module[1:])
-        return ast.parse(source.read_text(encoding="utf-8")) if source else None
+        if source is None:
+            return None
+        with warnings.catch_warnings():  # the package's own sources have invalid escapes
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return ast.parse(source.read_text(encoding="utf-8"))
 
     def _origin(self, module: list[str], node: ast.ImportFrom) -> list[str]:
         """The absolute module an import statement in `module` imports from."""

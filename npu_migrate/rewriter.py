@@ -330,16 +330,21 @@ class Rewriter(cst.CSTTransformer):
     def _fix_method(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if not isinstance(updated.func, cst.Attribute) or not isinstance(original.func, cst.Attribute):
             return updated
-        rules = self.index.methods.get(updated.func.attr.value)
         receiver = dotted_parts(original.func.value)
-        if not rules or (receiver and self.table.qualify(receiver)):
+        if receiver and self.table.qualify(receiver):
             return updated  # `module.function(...)` is not a method call
-        signature = rules[0].match.signature if isinstance(rules[0].match, MethodMatch) else None
-        if signature is not None and not _fits(original, signature):
-            return updated
-        new_func = _renamed_attribute(rules[0], updated.func)
-        fixed = updated.with_changes(func=new_func) if new_func else None
-        return self._found(rules[0], original, updated, fixed)  # type: ignore[return-value]
+        for rule in self.index.methods.get(updated.func.attr.value, []):
+            match = rule.match
+            if not isinstance(match, MethodMatch):
+                continue
+            if match.signature is not None and not _fits(original, match.signature):
+                continue
+            if not self._conditions_hold(original, match.args, match.signature or []):
+                continue
+            new_func = _renamed_attribute(rule, updated.func)
+            fixed = updated.with_changes(func=new_func) if new_func else None
+            return self._found(rule, original, updated, fixed)  # type: ignore[return-value]
+        return updated
 
     def _fix_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """The first call rule (in catalog order) whose conditions hold: specific rewrites come
@@ -509,7 +514,7 @@ class Rewriter(cst.CSTTransformer):
             return result
         for rule, pattern in candidates:
             bindings = pattern.match(result, self.table.qualify)  # type: ignore[arg-type]
-            if bindings is None:
+            if bindings is None or not all(dotted_parts(bindings[n]) for n in rule.match.simple):  # type: ignore[union-attr]
                 continue
             fixed, needed = None, []
             if rule.fix and rule.fix.template:

@@ -25,7 +25,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.patterns import METAVARIABLE, Pattern
 
-CODE_PATTERN = r"^NPU\d{3}$"
+# Built-in codes are NPU + 3 digits; a team's own rules take their own prefix (ACME101).
+CODE_PATTERN = r"^[A-Z]{2,8}\d{3}$"
 Names = Annotated[list[str], Field(min_length=1)]
 
 
@@ -133,6 +134,9 @@ class MethodMatch(Strict):
         description="The method's parameters: a call passing other keywords, or more positional "
         "arguments, is some other class's method of the same name and is left alone.",
     )
+    args: dict[str, ArgCondition] = Field(
+        default_factory=dict, description="Conditions on arguments, by parameter name (see signature)."
+    )
 
 
 class AttributeMatch(Strict):
@@ -192,6 +196,10 @@ def _parses(value: str) -> str:
 class PatternMatch(Strict):
     pattern: Annotated[str, AfterValidator(_parses)] = Field(
         description="Python expression or statement; $NAME metavariables match any expression."
+    )
+    simple: list[str] = Field(
+        default_factory=list,
+        description="Metavariables that must match a plain name or attribute chain (safe to repeat).",
     )
 
 
@@ -299,7 +307,9 @@ class Example(Strict):
 
 
 class Rule(Strict):
-    code: str = Field(pattern=CODE_PATTERN, description="Stable code, NPU + 3 digits.")
+    code: str = Field(
+        pattern=CODE_PATTERN, description="Stable code: a prefix (NPU for the built-in rules) + 3 digits."
+    )
     name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="Short kebab-case name.")
     summary: str = Field(description="What the rule finds, one line.")
     why: str = Field(description="Why it matters on Ascend and what to do.")
@@ -351,8 +361,8 @@ class Rule(Strict):
 class RuleFile(Strict):
     category: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
     codes: str = Field(
-        pattern=r"^NPU\d(xx|\dx)$",
-        description="The block of codes this file owns: NPU1xx (100-199) or NPU90x (900-909).",
+        pattern=r"^[A-Z]{2,8}\d(xx|\dx)$",
+        description="The block of codes this file owns: NPU1xx (100-199), NPU90x (900-909), ACME1xx.",
     )
     description: str
     rules: Annotated[list[Rule], Field(min_length=1)]

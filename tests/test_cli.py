@@ -40,12 +40,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert missing.stderr.strip() == "error: no such file or folder: nowhere"
     bad_rules = tmp_path / "bad.yaml"
-    bad_rules.write_text("category: x\ncodes: NPU9xx\ndescription: d\nrules: [{code: NPU901}]\n")
+    bad_rules.write_text("category: x\ncodes: HOU9xx\ndescription: d\nrules: [{code: HOU901}]\n")
     result = run_cli("scan", ".", "--rules", bad_rules, cwd=tmp_path)
     assert result.returncode == 2
     assert (
         result.stderr.count("\n") == 1
-        and "bad.yaml: rule NPU901: field name: Field required" in result.stderr
+        and "bad.yaml: rule HOU901: field name: Field required" in result.stderr
     )
     assert "Traceback" not in result.stderr
     assert run_cli("scan", "--format", "xml", ".", cwd=tmp_path).returncode == 2
@@ -126,11 +126,11 @@ def test_gitignored_files_are_not_scanned(tmp_path: Path) -> None:
 def test_user_rules_extend_the_catalog(tmp_path: Path) -> None:
     rules = {
         "category": "house",
-        "codes": "NPU9xx",
+        "codes": "HOU9xx",
         "description": "our own",
         "rules": [
             {
-                "code": "NPU901",
+                "code": "HOU901",
                 "name": "our-sync",
                 "summary": "s",
                 "why": "w",

@@ -39,7 +39,7 @@ def test_patterns_resolve_names_ignore_layout_and_bind_metavariables() -> None:
 
 def rule(**fields) -> Rule:
     base = {
-        "code": "NPU901",
+        "code": "HOU901",
         "name": "t",
         "summary": "s",
         "why": "w",

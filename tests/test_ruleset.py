@@ -16,7 +16,7 @@ from npu_migrate.testing import check_example
 from .conftest import ROOT
 
 GOOD_RULE = {
-    "code": "NPU901",
+    "code": "HOU901",
     "name": "my-rule",
     "summary": "s",
     "why": "w",
@@ -29,7 +29,7 @@ GOOD_RULE = {
 }
 
 
-def write_rules(tmp_path: Path, *rules: dict, codes: str = "NPU9xx", name: str = "mine.yaml") -> Path:
+def write_rules(tmp_path: Path, *rules: dict, codes: str = "HOU9xx", name: str = "mine.yaml") -> Path:
     path = tmp_path / name
     path.write_text(
         yaml.safe_dump({"category": "mine", "codes": codes, "description": "d", "rules": list(rules)})
@@ -48,19 +48,19 @@ def error_for(tmp_path: Path, **changes) -> str:
 
 def test_a_good_rule_file_loads(tmp_path: Path) -> None:
     [rule] = load_rule_file(write_rules(tmp_path, GOOD_RULE)).rules
-    assert (rule.code, rule.category, rule.match_kind) == ("NPU901", "mine", "method")
+    assert (rule.code, rule.category, rule.match_kind) == ("HOU901", "mine", "method")
 
 
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"message": None}, "rule NPU901: field message: Field required"),
+        ({"message": None}, "rule HOU901: field message: Field required"),
         (
             {"applicability": "maybe"},
-            "rule NPU901: field applicability: Input should be 'safe', 'unsafe' or 'manual'",
+            "rule HOU901: field applicability: Input should be 'safe', 'unsafe' or 'manual'",
         ),
-        ({"match": {"regex": "x"}}, "rule NPU901: field match: match needs one of: name, call"),
-        ({"applicability": "manual"}, "rule NPU901: field (rule): manual rules have no fix"),
+        ({"match": {"regex": "x"}}, "rule HOU901: field match: match needs one of: name, call"),
+        ({"applicability": "manual"}, "rule HOU901: field (rule): manual rules have no fix"),
         ({"code": "NPU9"}, "rule NPU9: field code: String should match pattern"),
         (
             {
@@ -92,14 +92,14 @@ def test_malformed_rules_fail_in_one_line_naming_file_rule_and_field(
 
 
 def test_codes_must_lie_in_the_files_block(tmp_path: Path) -> None:
-    with pytest.raises(RuleError, match="rule NPU901 lies outside this file's block NPU1xx"):
+    with pytest.raises(RuleError, match="rule HOU901 lies outside this file's block NPU1xx"):
         load_rule_file(write_rules(tmp_path, GOOD_RULE, codes="NPU1xx"))
 
 
 def test_codes_are_unique_across_files(tmp_path: Path) -> None:
     write_rules(tmp_path, GOOD_RULE, name="a.yaml")
     write_rules(tmp_path, GOOD_RULE, name="b.yaml")
-    with pytest.raises(RuleError, match=r"b\.yaml: rule NPU901: field code: already defined in .*a\.yaml"):
+    with pytest.raises(RuleError, match=r"b\.yaml: rule HOU901: field code: already defined in .*a\.yaml"):
         load_rules([tmp_path], builtin=False)
 
 
@@ -121,7 +121,7 @@ def test_published_schema_accepts_the_catalog_and_rejects_a_broken_rule() -> Non
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
     broken = {
         "category": "x",
-        "codes": "NPU9xx",
+        "codes": "HOU9xx",
         "description": "d",
         "rules": [{**GOOD_RULE, "severity": "loud"}],
     }

@@ -8,11 +8,14 @@ import inspect
 import os
 import re
 
+import libcst as cst
 import pytest
 
 from npu_migrate.import_plan import renamed
+from npu_migrate.names import dotted_parts
+from npu_migrate.patterns import placeholders
 from npu_migrate.reference import TorchNpuReference, reference
-from npu_migrate.ruleset import NameMatch, load_rules
+from npu_migrate.ruleset import CallMatch, NameMatch, load_rules
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,9 @@ def written_names() -> set[str]:
         fix = rule.fix
         if fix is None:
             continue
-        if fix.rename and isinstance(rule.match, NameMatch):
-            for pattern in rule.match.name:
+        if fix.rename and isinstance(rule.match, NameMatch | CallMatch):
+            patterns = rule.match.name if isinstance(rule.match, NameMatch) else rule.match.call
+            for pattern in patterns:
                 new = renamed(pattern.removesuffix(".*"), fix.rename)
                 if new and npu_name(new):
                     names.add(new)
@@ -57,6 +61,31 @@ def test_every_name_a_rule_writes_exists(real: TorchNpuReference) -> None:
     assert len(names) > 80
     missing = sorted(n for n in names if not real.has(n))
     assert missing == [], f"rules write names torch_npu does not have: {missing}"
+
+
+def test_template_calls_use_only_real_operator_parameters(real: TorchNpuReference) -> None:
+    checked = 0
+    for rule in load_rules():
+        if not (rule.fix and rule.fix.template):
+            continue
+        tree = cst.parse_expression(placeholders(rule.fix.template))
+        for call in [n for n in _walk(tree) if isinstance(n, cst.Call)]:
+            parts = dotted_parts(call.func)
+            if not parts or parts[0] != "torch_npu" or len(parts) != 2:
+                continue
+            op = real.ops[parts[1]]
+            keywords = {a.keyword.value for a in call.args if a.keyword}
+            positional = [a for a in call.args if a.keyword is None]
+            assert keywords <= set(op.parameters), f"{rule.code}: {keywords - set(op.parameters)}"
+            assert len(positional) <= len(op.parameters) and not keywords & set(
+                op.parameters[: len(positional)]
+            )
+            checked += 1
+    assert checked >= 4
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    return [node, *(n for child in node.children for n in _walk(child))]
 
 
 def test_every_name_the_emulation_offers_exists(real: TorchNpuReference) -> None:
