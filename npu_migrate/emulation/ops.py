@@ -1,0 +1,586 @@
+"""Plain-PyTorch emulation of Huawei Ascend ``torch_npu`` fused operators.
+
+Each function has the signature (parameter names, order, defaults) of the ``torch_npu`` operator with the
+same name and follows its documentation (torch_npu 2.13.0 ``_op_plugin_docs.py``; the CANN aclnn pages
+where that text is silent), so code migrated to Ascend can run and be tested on a CPU. Inputs are checked
+against the documented limits and rejected with a ``ValueError`` naming the operator; documented features
+this module does not emulate raise ``NotImplementedError``. Like the fused kernels, every operator computes
+in float32 and returns the input dtype. Gradients flow through ordinary torch operations.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["fast_gelu", "npu_fusion_attention", "npu_geglu", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"]
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def _check_dtype(
+    op: str, name: str, tensor: Tensor, allowed: tuple[torch.dtype, ...] = _FLOAT_DTYPES
+) -> None:
+    if tensor.dtype not in allowed:
+        names = ", ".join(str(dtype).removeprefix("torch.") for dtype in allowed)
+        raise ValueError(f"{op}: {name} must be {names}; got {tensor.dtype}")
+
+
+def _check_rank(op: str, name: str, tensor: Tensor, low: int, high: int) -> None:
+    if not low <= tensor.dim() <= high:
+        raise ValueError(
+            f"{op}: {name} must have {low} to {high} dimensions; got shape {tuple(tensor.shape)}"
+        )
+
+
+def _halves(op: str, x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """Split ``x`` (as float32) into its first and second half along ``dim``."""
+    _check_dtype(op, "self", x)
+    _check_rank(op, "self", x, 1, 8)
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"{op}: dim={dim} is out of range for a {x.dim()}-D input")
+    if x.shape[dim] % 2:
+        raise ValueError(
+            f"{op}: the size of dim {dim} must be even to split it in two halves; got {x.shape[dim]}"
+        )
+    first, second = x.float().chunk(2, dim=dim)
+    return first, second
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Activations and normalisation
+# ----------------------------------------------------------------------------------------------------------
+
+
+def fast_gelu(self: Tensor) -> Tensor:
+    """Emulates ``torch_npu.fast_gelu``: ``x / (1 + exp(-1.702 x))``, i.e. ``x * sigmoid(1.702 x)``.
+
+    Trap: this is neither ``F.gelu`` nor its tanh approximation; values differ by up to about 0.02.
+    """
+    _check_dtype("fast_gelu", "self", self)
+    x = self.float()
+    return (x * torch.sigmoid(1.702 * x)).to(self.dtype)
+
+
+def npu_swiglu(self: Tensor, dim: int = -1) -> Tensor:
+    """Emulates ``torch_npu.npu_swiglu``: split ``self`` in two along ``dim``, return ``silu(A) * B``.
+
+    Trap: the FIRST half ``A`` is activated (``torch.cat((gate, up), dim)`` in, ``silu(gate) * up`` out).
+    """
+    first, second = _halves("npu_swiglu", self, dim)
+    return (F.silu(first) * second).to(self.dtype)
+
+
+def npu_geglu(self: Tensor, dim: int = -1, approximate: int = 1) -> tuple[Tensor, Tensor]:
+    """Emulates ``torch_npu.npu_geglu``: ``(A * gelu(B), gelu(B))`` for the halves ``A``, ``B`` of ``self``.
+
+    Traps: unlike swiglu the SECOND half ``B`` is activated (CANN aclnnGeGlu: A is the first half of self,
+    B the second); the default ``approximate=1`` is the tanh GELU (0: exact erf GELU); a tuple is returned.
+    """
+    if approximate not in (0, 1):
+        raise ValueError(f"npu_geglu: approximate must be 0 (none) or 1 (tanh); got {approximate}")
+    first, second = _halves("npu_geglu", self, dim)
+    gelu = F.gelu(second, approximate="tanh" if approximate == 1 else "none")
+    return (first * gelu).to(self.dtype), gelu.to(self.dtype)
+
+
+def npu_rms_norm(self: Tensor, gamma: Tensor, epsilon: float = 1e-06) -> tuple[Tensor, Tensor]:
+    """Emulates ``torch_npu.npu_rms_norm``: ``y = x * rsqrt(mean(x^2) + eps) * gamma``, returns ``(y, rstd)``.
+
+    The mean runs over the trailing ``gamma.dim()`` axes (``gamma.shape == x.shape[-gamma.dim():]``).
+    ``rstd`` is float32 and keeps ``x``'s rank with those axes set to 1 (x (4, 1, 4096), gamma (4096,) ->
+    rstd (4, 1, 1)); like the kernel's intermediate it carries no gradient. Traps: a tuple is returned, not a
+    tensor; ``gamma`` must have ``x``'s dtype; ``epsilon`` defaults to 1e-6, not LLaMA's usual 1e-5.
+    """
+    op = "npu_rms_norm"
+    _check_dtype(op, "self", self)
+    if gamma.dtype != self.dtype:
+        raise ValueError(f"{op}: gamma dtype must equal self dtype ({self.dtype}); got {gamma.dtype}")
+    _check_rank(op, "self", self, 1, 8)
+    norm_dims = gamma.dim()
+    if not 1 <= norm_dims <= self.dim() or gamma.shape != self.shape[self.dim() - norm_dims :]:
+        raise ValueError(
+            f"{op}: gamma shape must equal the trailing dimensions of self; got gamma {tuple(gamma.shape)} "
+            f"for self {tuple(self.shape)}"
+        )
+    x = self.float()
+    rstd = torch.rsqrt(x.pow(2).mean(dim=tuple(range(-norm_dims, 0)), keepdim=True) + epsilon)
+    return (x * rstd * gamma.float()).to(self.dtype), rstd.detach()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rotary position embedding
+# ----------------------------------------------------------------------------------------------------------
+
+_ROTARY_MODES = ("half", "interleave")
+_ROTARY_MAX_HEAD_DIM = 896
+
+
+def _check_rotary_coefficients(input: Tensor, r1: Tensor, r2: Tensor, rotary_mode: str) -> None:
+    op = "npu_rotary_mul"
+    if r1.shape != r2.shape:
+        raise ValueError(
+            f"{op}: r1 and r2 must have the same shape; got {tuple(r1.shape)} and {tuple(r2.shape)}"
+        )
+    fits = r1.shape[-1] == input.shape[-1] and all(
+        size in (1, full) for size, full in zip(r1.shape[:3], input.shape[:3], strict=True)
+    )
+    if not fits:
+        raise ValueError(
+            f"{op}: r1/r2 of shape {tuple(r1.shape)} must broadcast to input {tuple(input.shape)} "
+            "with the same last dimension D (e.g. 11SD, B1SD or BNSD for a BNSD input)"
+        )
+    if rotary_mode == "interleave" and sum(size != 1 for size in r1.shape[:3]) > 1:
+        raise ValueError(
+            f"{op}: in 'interleave' mode r1/r2 must be laid out as 11SD, 1S1D or S11D; got {tuple(r1.shape)}"
+        )
+
+
+def _rotate(x: Tensor, rotary_mode: str, rotate: Tensor | None) -> Tensor:
+    """The ``x_new`` term of the documented formula ``output = r1 * x + r2 * x_new``."""
+    if rotate is not None:
+        return x @ rotate.detach().float()
+    if rotary_mode == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+def npu_rotary_mul(
+    input: Tensor, r1: Tensor, r2: Tensor, rotary_mode: str = "half", rotate: Tensor | None = None
+) -> Tensor:
+    """Emulates ``torch_npu.npu_rotary_mul``: ``output = r1 * input + r2 * x_new`` (r1 = cos, r2 = sin).
+
+    ``'half'``: ``x_new = cat(-x2, x1)`` on the two halves of D (GPT-NeoX / Hugging Face ``rotate_half``).
+    ``'interleave'``: pairs ``(x0, x1) -> (-x1, x0)`` (Meta's complex form; cos/sin repeated per pair).
+    With ``rotate`` given, ``x_new = input @ rotate`` and ``rotate`` gets no gradient, as documented.
+    Traps: input and r1/r2 must be 4-D (BNSD, BSND or SBND) with D even and below 896; r1/r2 broadcast over
+    B/N (interleave: only S may differ from 1); the doc's interleave ``rotate`` example lacks the minus sign.
+    """
+    op = "npu_rotary_mul"
+    if rotary_mode not in _ROTARY_MODES:
+        raise ValueError(f"{op}: rotary_mode must be 'half' or 'interleave'; got {rotary_mode!r}")
+    for name, tensor in (("input", input), ("r1", r1), ("r2", r2)):
+        _check_dtype(op, name, tensor)
+        if tensor.dim() != 4:
+            raise ValueError(f"{op}: {name} must be 4-D; got shape {tuple(tensor.shape)}")
+    head_dim = input.shape[-1]
+    if head_dim % 2 or head_dim >= _ROTARY_MAX_HEAD_DIM:
+        raise ValueError(
+            f"{op}: the last dimension D must be even and < {_ROTARY_MAX_HEAD_DIM}; got {head_dim}"
+        )
+    _check_rotary_coefficients(input, r1, r2, rotary_mode)
+    if rotate is not None:
+        _check_dtype(op, "rotate", rotate)
+        if rotate.shape != (head_dim, head_dim):
+            raise ValueError(
+                f"{op}: rotate must be a ({head_dim}, {head_dim}) matrix; got {tuple(rotate.shape)}"
+            )
+    x = input.float()
+    return (r1.float() * x + r2.float() * _rotate(x, rotary_mode, rotate)).to(input.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fused attention
+# ----------------------------------------------------------------------------------------------------------
+
+_FA = "npu_fusion_attention"
+_LAYOUT_RANKS = {"BSH": 3, "SBH": 3, "BSND": 4, "BNSD": 4, "TND": 3}
+_MAX_TOKENS = 2147483647
+_MAX_HEAD_DIM = 768
+_MAX_QUERY_HEADS = 256
+_COMPRESSED_MASK_SIZE = 2048
+_ALIBI_COMPRESSED_ROWS = 1024
+_SOFTMAX_STAT_WIDTH = 8
+
+
+def _check_arguments(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    layout: str,
+    padding_mask: Tensor | None,
+    keep_prob: float,
+    sparse_mode: int,
+    softmax_layout: str,
+) -> None:
+    """Checks that need no shape arithmetic: layout, ranks, dtypes and scalar arguments."""
+    if layout not in _LAYOUT_RANKS:
+        raise ValueError(f"{_FA}: input_layout must be one of {', '.join(_LAYOUT_RANKS)}; got {layout!r}")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.dim() != _LAYOUT_RANKS[layout]:
+            raise ValueError(
+                f"{_FA}: {name} must be {_LAYOUT_RANKS[layout]}-D for {layout}; got {tuple(tensor.shape)}"
+            )
+    _check_dtype(_FA, "query", query)
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(
+            f"{_FA}: query, key and value dtypes must match; got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    if padding_mask is not None:
+        raise ValueError(f"{_FA}: padding_mask is not supported by torch_npu; pass None")
+    if not 0 < keep_prob <= 1:
+        raise ValueError(f"{_FA}: keep_prob must be in (0, 1]; got {keep_prob}")
+    _check_sparse_mode(sparse_mode, layout == "TND")
+    if softmax_layout not in ("", "TND") or (softmax_layout == "TND" and layout != "TND"):
+        raise ValueError(
+            f"{_FA}: softmax_layout must be '' or, with input_layout 'TND', 'TND'; got {softmax_layout!r}"
+        )
+
+
+def _head_counts(query: Tensor, key: Tensor, value: Tensor, head_num: int, layout: str) -> tuple[int, int]:
+    """Number of query heads and key/value heads (BSH/SBH derive them from the hidden sizes)."""
+    if layout not in ("BSH", "SBH"):
+        n_axis = 1 if layout in ("BNSD", "TND") else 2
+        if query.shape[n_axis] != head_num:
+            raise ValueError(
+                f"{_FA}: head_num={head_num} does not match the N axis of the {layout} query "
+                f"({query.shape[n_axis]})"
+            )
+        return head_num, key.shape[n_axis]
+    hidden_q, hidden_k, hidden_v = query.shape[-1], key.shape[-1], value.shape[-1]
+    head_dim = hidden_q // head_num if head_num > 0 else 0
+    if head_dim < 1 or hidden_q % head_num:
+        raise ValueError(f"{_FA}: the query hidden size {hidden_q} is not a multiple of head_num={head_num}")
+    if hidden_k % head_dim or hidden_k == 0 or hidden_v % (hidden_k // head_dim):
+        raise ValueError(
+            f"{_FA}: key/value hidden sizes ({hidden_k}, {hidden_v}) are not whole numbers of heads of "
+            f"dimension {head_dim} (= query hidden size {hidden_q} / head_num {head_num})"
+        )
+    return head_num, hidden_k // head_dim
+
+
+def _to_bnsd(x: Tensor, layout: str, heads: int) -> Tensor:
+    """View ``x`` as (B, N, S, D); TND becomes a single batch of T tokens."""
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    if layout == "TND":
+        return x.transpose(0, 1).unsqueeze(0)
+    x = x.unflatten(-1, (heads, -1))
+    return x.transpose(1, 2) if layout == "BSH" else x.permute(1, 2, 0, 3)
+
+
+def _from_bnsd(x: Tensor, layout: str) -> Tensor:
+    if layout == "BNSD":
+        return x
+    if layout == "BSND":
+        return x.transpose(1, 2)
+    if layout == "TND":
+        return x[0].transpose(0, 1)
+    if layout == "BSH":
+        return x.transpose(1, 2).flatten(2)
+    return x.permute(2, 0, 1, 3).flatten(2)
+
+
+def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Documented shape rules, on the (B, N, S, D) views."""
+    batch, n_q, s_q, d_q = q.shape
+    batch_k, n_kv, s_kv, d_k = k.shape
+    if (batch_k, n_kv, s_kv) != tuple(v.shape[:3]):
+        raise ValueError(f"{_FA}: key and value must have the same batch, head and sequence sizes")
+    if batch_k != batch:
+        raise ValueError(f"{_FA}: query and key/value batch sizes differ ({batch} vs {batch_k})")
+    if min(s_q, s_kv) < 1:
+        raise ValueError(f"{_FA}: sequence lengths must be at least 1")
+    if d_k != d_q or v.shape[3] > d_k:
+        raise ValueError(
+            f"{_FA}: head dims must satisfy Dq == Dk >= Dv; got Dq={d_q}, Dk={d_k}, Dv={v.shape[3]}"
+        )
+    if not 1 <= d_q <= _MAX_HEAD_DIM:
+        raise ValueError(f"{_FA}: head dim D must be in 1..{_MAX_HEAD_DIM}; got {d_q}")
+    if not 1 <= n_q <= _MAX_QUERY_HEADS:
+        raise ValueError(f"{_FA}: the number of query heads must be in 1..{_MAX_QUERY_HEADS}; got {n_q}")
+    if n_kv < 1 or n_q % n_kv:
+        raise ValueError(f"{_FA}: query heads ({n_q}) must be a multiple of key/value heads ({n_kv}) for GQA")
+
+
+def _check_sparse_mode(sparse_mode: int, varlen: bool) -> None:
+    if not 0 <= sparse_mode <= 8:
+        raise ValueError(f"{_FA}: sparse_mode must be in 0..8; got {sparse_mode}")
+    if varlen and sparse_mode == 5:
+        raise ValueError(
+            f"{_FA}: sparse_mode=5 (uncompressed prefix) is not supported with input_layout 'TND'"
+        )
+    if not varlen and sparse_mode in (7, 8):
+        raise ValueError(f"{_FA}: sparse_mode={sparse_mode} is only supported with input_layout 'TND'")
+
+
+def _sequence_bounds(name: str, cumulative: Sequence[int] | None, total: int) -> list[tuple[int, int]]:
+    """(start, end) of each sequence from cumulative ends; trailing zeros mark batches that are skipped."""
+    if cumulative is None or len(cumulative) == 0:
+        raise ValueError(
+            f"{_FA}: input_layout 'TND' needs {name}: cumulative sequence ends without a leading 0, "
+            "e.g. [2, 4, 6] for three sequences of length 2"
+        )
+    ends = [int(end) for end in cumulative]
+    while len(ends) > 1 and ends[-1] == 0 and any(ends):
+        ends.pop()
+    starts = [0, *ends[:-1]]
+    if any(end < start for start, end in zip(starts, ends, strict=True)) or ends[-1] > total:
+        raise ValueError(
+            f"{_FA}: {name}={list(cumulative)} must be non-decreasing cumulative ends (only trailing zeros "
+            f"allowed) not exceeding the T axis ({total})"
+        )
+    return list(zip(starts, ends, strict=True))
+
+
+def _check_atten_mask(
+    mask: Tensor, sparse_mode: int, batch: int, heads: int, s_q: int, s_kv: int, varlen: bool
+) -> None:
+    """Documented atten_mask formats: compressed 2048x2048 for sparse modes 2-4, else BNSS/B1SS/11SS/SS."""
+    _check_dtype(_FA, "atten_mask", mask, _MASK_DTYPES)
+    if sparse_mode in (2, 3, 4):
+        size = _COMPRESSED_MASK_SIZE
+        expected = torch.ones(size, size, dtype=torch.bool, device=mask.device).triu(1)
+        if mask.shape != (size, size) or not torch.equal(mask.bool(), expected):
+            raise ValueError(
+                f"{_FA}: sparse_mode={sparse_mode} needs the compressed mask "
+                f"torch.triu(torch.ones({size}, {size}), 1).bool() as atten_mask; "
+                f"got shape {tuple(mask.shape)}"
+            )
+        return
+    leading = tuple(mask.shape[:-2])
+    allowed = [()] if varlen else [(), (batch, heads), (batch, 1), (1, 1)]
+    if mask.shape[-2:] != (s_q, s_kv) or leading not in allowed:
+        formats = "SS" if varlen else "BNSS, B1SS, 11SS or SS"
+        raise ValueError(
+            f"{_FA}: atten_mask must be {formats} with SS = ({s_q}, {s_kv}); got shape {tuple(mask.shape)} "
+            "(sparse_mode 2/3/4 take the compressed 2048x2048 mask instead)"
+        )
+
+
+def _check_tokens(pre_tockens: int, next_tockens: int, s_q: int, s_kv: int) -> None:
+    """Documented band limits for sparse_mode 0 and 4."""
+    if next_tockens < 0 and not (pre_tockens >= -next_tockens and -next_tockens < s_kv):
+        raise ValueError(
+            f"{_FA}: a negative next_tockens needs pre_tockens >= |next_tockens| and |next_tockens| < Skv"
+        )
+    if pre_tockens < 0 and not (next_tockens >= -pre_tockens and -pre_tockens < s_q):
+        raise ValueError(
+            f"{_FA}: a negative pre_tockens needs next_tockens >= |pre_tockens| and |pre_tockens| < Sq"
+        )
+
+
+def _outside_band(s_q: int, s_kv: int, pre: int, nxt: int, shift: int, device: torch.device) -> Tensor:
+    """True where key j is not within [i + shift - pre, i + shift + next] of query i."""
+    offset = torch.arange(s_kv, device=device) - torch.arange(s_q, device=device)[:, None] - shift
+    return (offset > nxt) | (offset < -pre)
+
+
+def _block_mask(sparse_mode: int, user_mask: Tensor, s_q: int, s_kv: int, pre: int, nxt: int) -> Tensor:
+    """Excluded (True) positions of one attention block for sparse modes 0-4."""
+    device = user_mask.device
+    if sparse_mode == 0:  # the given mask, limited to the band (origin: top left)
+        return user_mask | _outside_band(s_q, s_kv, pre, nxt, 0, device)
+    if sparse_mode == 1:  # allMask: the given mask only
+        return user_mask
+    if sparse_mode == 2:  # leftUpCausal
+        return _outside_band(s_q, s_kv, _MAX_TOKENS, 0, 0, device)
+    if sparse_mode == 3:  # rightDownCausal
+        return _outside_band(s_q, s_kv, _MAX_TOKENS, 0, s_kv - s_q, device)
+    return _outside_band(s_q, s_kv, pre, nxt, s_kv - s_q, device)  # 4: band, origin bottom right
+
+
+def _varlen_mask(
+    atten_mask: Tensor | None,
+    sparse_mode: int,
+    bounds: list[tuple[tuple[int, int], tuple[int, int]]],
+    t_q: int,
+    t_kv: int,
+    pre: int,
+    nxt: int,
+    device: torch.device,
+) -> Tensor:
+    """Block-diagonal (T_q, T_kv) mask: each sequence attends to its own keys only."""
+    mask = torch.ones(t_q, t_kv, dtype=torch.bool, device=device)
+    for (q_start, q_end), (kv_start, kv_end) in bounds:
+        s_q, s_kv = q_end - q_start, kv_end - kv_start
+        block = mask[q_start:q_end, kv_start:kv_end]
+        if atten_mask is None:
+            block.fill_(False)
+        else:
+            block.copy_(_block_mask(sparse_mode, atten_mask[:s_q, :s_kv].bool(), s_q, s_kv, pre, nxt))
+    return mask
+
+
+def _check_pse(
+    pse: Tensor, dtype: torch.dtype, batch: int, heads: int, s_q: int, s_kv: int, varlen: bool
+) -> None:
+    if pse.dtype != dtype:
+        raise ValueError(f"{_FA}: pse dtype must equal the query dtype ({dtype}); got {pse.dtype}")
+    if varlen:
+        raise NotImplementedError(f"{_FA}: pse with input_layout 'TND' (compressed alibi) is not emulated")
+    if pse.dim() != 4:
+        raise ValueError(f"{_FA}: pse must be 4-D (BNSS, BN1Skv or 1NSS); got shape {tuple(pse.shape)}")
+    pse_batch, pse_heads, rows, cols = pse.shape
+    if s_q > _ALIBI_COMPRESSED_ROWS and rows == _ALIBI_COMPRESSED_ROWS:
+        raise NotImplementedError(f"{_FA}: compressed alibi pse (last 1024 rows only) is not emulated")
+    if (pse_heads, cols) != (heads, s_kv) or (pse_batch, rows) not in {(batch, s_q), (batch, 1), (1, s_q)}:
+        raise ValueError(
+            f"{_FA}: pse must be BNSS, BN1Skv or 1NSS with B={batch}, N={heads}, Sq={s_q}, Skv={s_kv}; "
+            f"got shape {tuple(pse.shape)}"
+        )
+
+
+def _attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    pse: Tensor | None,
+    mask: Tensor | None,
+    scale: float,
+    keep_prob: float,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``Dropout(Softmax(Mask(scale * (q k^T + pse)))) v`` on float32 (B, N, S, D) tensors.
+
+    Returns the output and the softmax row max and row sum. Fully masked rows give 0, like the kernel's
+    invalid-row handling, instead of NaN.
+    """
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    logits = q @ k.transpose(-2, -1)
+    if pse is not None:
+        logits = logits + pse
+    logits = logits * scale
+    if mask is not None:
+        logits = logits.masked_fill(mask, float("-inf"))
+    row_max = logits.detach().amax(dim=-1, keepdim=True)
+    row_max = torch.where(row_max.isfinite(), row_max, 0.0)
+    weights = torch.exp(logits - row_max)
+    row_sum = weights.sum(dim=-1, keepdim=True)
+    probs = weights / torch.where(row_sum > 0, row_sum, 1.0)
+    if generator is not None:
+        keep = torch.rand(probs.shape, generator=generator, device=probs.device) < keep_prob
+        probs = probs * keep / keep_prob
+    return probs @ v, row_max, row_sum.detach()
+
+
+def _softmax_stat(stat: Tensor, varlen: bool, softmax_layout: str) -> Tensor:
+    """(B, N, S, 1) statistic -> (B, N, S, 8); TND: shape (T, N, 8), data in NTD order unless "TND"."""
+    stat = stat.expand(*stat.shape[:-1], _SOFTMAX_STAT_WIDTH).contiguous()
+    if not varlen:
+        return stat
+    heads, tokens = stat.shape[1:3]
+    if softmax_layout == "TND":
+        return stat[0].transpose(0, 1).contiguous()
+    return stat.reshape(tokens, heads, _SOFTMAX_STAT_WIDTH)
+
+
+def npu_fusion_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    head_num: int,
+    input_layout: str,
+    pse: Tensor | None = None,
+    padding_mask: Tensor | None = None,
+    atten_mask: Tensor | None = None,
+    scale: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = 2147483647,
+    next_tockens: int = 2147483647,
+    inner_precise: int = 0,
+    prefix: Sequence[int] | None = None,
+    actual_seq_qlen: Sequence[int] | None = None,
+    actual_seq_kvlen: Sequence[int] | None = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+) -> tuple[Tensor, Tensor, Tensor, Tensor, int, int, int]:
+    """Emulates ``torch_npu.npu_fusion_attention``: ``Dropout(Softmax(Mask(scale*(pse + Q K^T)))) V``.
+
+    Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``: softmax_max/sum
+    are float32 (B, N, Sq, 8) (TND: (T, N, 8), NTD data order unless ``softmax_layout="TND"``), softmax_out
+    is the documented unused placeholder (empty), and seed/offset/numels describe the dropout mask (0 when
+    ``keep_prob == 1``; ``torch.Generator().manual_seed(seed)`` redraws it).
+
+    Traps: ``scale`` defaults to 1.0, not 1/sqrt(D); ``atten_mask`` True/1 means EXCLUDED (the opposite of
+    SDPA's boolean mask); ``pse`` is added before scaling; ``head_num`` counts query heads, and key/value may
+    have fewer (GQA, Nq % Nkv == 0); sparse_mode 2 (causal, top-left) and 3 (causal, bottom-right) need the
+    compressed ``torch.triu(torch.ones(2048, 2048), 1).bool()`` mask and build the real one from the lengths;
+    without ``atten_mask``, sparse_mode and pre/next_tockens are ignored (full attention, as documented);
+    TND takes host lists ``actual_seq_qlen``/``actual_seq_kvlen`` of cumulative ends WITHOUT a leading 0.
+    Emulated: layouts BSH, SBH, BSND, BNSD, TND and sparse modes 0-4; ``inner_precise``, ``prefix``,
+    ``gen_mask_parallel`` and ``sync`` do not change the result here (fully masked rows always give 0).
+    """
+    layout, varlen = input_layout, input_layout == "TND"
+    _check_arguments(query, key, value, layout, padding_mask, keep_prob, sparse_mode, softmax_layout)
+    n_q, n_kv = _head_counts(query, key, value, head_num, layout)
+    q, k, v = _to_bnsd(query, layout, n_q), _to_bnsd(key, layout, n_kv), _to_bnsd(value, layout, n_kv)
+    _check_shapes(q, k, v)
+    batch, _, s_q, _ = q.shape
+    s_kv = k.shape[2]
+    bounds: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    if varlen:
+        q_bounds = _sequence_bounds("actual_seq_qlen", actual_seq_qlen, s_q)
+        kv_bounds = _sequence_bounds("actual_seq_kvlen", actual_seq_kvlen, s_kv)
+        if len(actual_seq_qlen) != len(actual_seq_kvlen):
+            raise ValueError(
+                f"{_FA}: actual_seq_qlen and actual_seq_kvlen must have one entry per sequence each"
+            )
+        bounds = list(zip(q_bounds, kv_bounds, strict=False))  # a batch missing from either list is skipped
+    block_q = max((end - start for (start, end), _ in bounds), default=s_q)
+    block_kv = max((end - start for _, (start, end) in bounds), default=s_kv)
+
+    if atten_mask is None and sparse_mode != 0:
+        warnings.warn(
+            f"{_FA}: sparse_mode={sparse_mode} has no effect without atten_mask; "
+            "like torch_npu, full (unmasked) attention is computed",
+            stacklevel=2,
+        )
+    if atten_mask is not None:
+        if sparse_mode >= 5:
+            raise NotImplementedError(
+                f"{_FA}: sparse_mode={sparse_mode} (prefix / split varlen) is not emulated"
+            )
+        _check_atten_mask(atten_mask, sparse_mode, batch, n_q, block_q, block_kv, varlen)
+        if sparse_mode in (0, 4):
+            _check_tokens(pre_tockens, next_tockens, block_q, block_kv)
+    if pse is not None:
+        _check_pse(pse, query.dtype, batch, n_q, s_q, s_kv, varlen)
+
+    if varlen:
+        mask = _varlen_mask(
+            atten_mask, sparse_mode, bounds, s_q, s_kv, pre_tockens, next_tockens, query.device
+        )
+    elif atten_mask is not None:
+        mask = _block_mask(sparse_mode, atten_mask.bool(), s_q, s_kv, pre_tockens, next_tockens)
+    else:
+        mask = None
+
+    seed = numels = 0
+    generator = None
+    if keep_prob < 1:  # seed reproduces the dropout mask; numels counts its entries
+        seed = int(torch.randint(2**31 - 1, ()).item())
+        generator = torch.Generator(device=query.device).manual_seed(seed)
+        pairs = sum((qe - qs) * (ke - ks) for (qs, qe), (ks, ke) in bounds) if varlen else batch * s_q * s_kv
+        numels = n_q * pairs
+
+    out, row_max, row_sum = _attend(
+        q.float(),
+        k.float(),
+        v.float(),
+        None if pse is None else pse.float(),
+        mask,
+        scale,
+        keep_prob,
+        generator,
+    )
+    return (
+        _from_bnsd(out, layout).to(query.dtype).contiguous(),
+        _softmax_stat(row_max, varlen, softmax_layout),
+        _softmax_stat(row_sum, varlen, softmax_layout),
+        query.new_empty(0),
+        seed,
+        0,
+        numels,
+    )
