@@ -4,15 +4,16 @@ add imports. Pure: bytes in, findings and new bytes out; no file system access."
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from npu_migrate.import_plan import plan_imports
-from npu_migrate.imports import add_imports
+from npu_migrate.imports import add_imports, drop_unused_imports
 from npu_migrate.index import RuleIndex
-from npu_migrate.names import ImportTable
+from npu_migrate.names import ImportTable, module_name
 from npu_migrate.rewriter import Finding, Rewriter
 from npu_migrate.ruleset import Applicability
 
@@ -21,6 +22,7 @@ from npu_migrate.ruleset import Applicability
 class SourceResult:
     findings: list[Finding] = field(default_factory=list)
     added_imports: list[tuple[int, str]] = field(default_factory=list)
+    removed_imports: list[tuple[int, str]] = field(default_factory=list)  # (line, qualified name)
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # set when the file could not be parsed
 
@@ -48,13 +50,25 @@ def migrate_source(
     )
     if not any(f.applied for f in findings):
         return SourceResult(findings=findings)
+    rewritten, dropped = drop_unused_imports(rewritten, rewriter.droppable_imports)
     rewritten, added = add_imports(rewritten, rewriter.needed_imports, table)
     new_source = rewritten.bytes
     return SourceResult(
         findings=findings,
         added_imports=added,
+        removed_imports=[(_import_line(table, name, positions), name) for name in dropped],
         new_source=new_source if new_source != source else None,
     )
+
+
+def _import_line(table: ImportTable, qualified: str, positions: Mapping[cst.CSTNode, CodeRange]) -> int:
+    """The line of the original from-import that bound `qualified`."""
+    for statement in table.imports:
+        if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
+            base = module_name(statement.module)
+            if any(f"{base}.{alias.evaluated_name}" == qualified for alias in statement.names):
+                return positions[statement].start.line
+    return 0
 
 
 def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:

@@ -60,3 +60,69 @@ def add_imports(
     new = [cst.parse_statement(f"import {m}\n", config=module.config_for_parsing) for m in missing]
     added = [(first_line + i, m) for i, m in enumerate(missing)]
     return module.with_changes(body=[*body[:at], *new, *body[at:]]), added
+
+
+class _NamesUsed(cst.CSTVisitor):
+    """Every name a module uses outside its import statements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+class _DropImports(cst.CSTTransformer):
+    def __init__(self, qualified: set[str], used: set[str]) -> None:
+        super().__init__()
+        self.qualified = qualified
+        self.used = used
+        self.dropped: list[str] = []
+
+    def leave_ImportFrom(
+        self, original: cst.ImportFrom, updated: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
+        if updated.relative or isinstance(updated.names, cst.ImportStar):
+            return updated
+        base = module_name(updated.module)
+        kept = [
+            alias
+            for alias in updated.names
+            if f"{base}.{alias.evaluated_name}" not in self.qualified
+            or (alias.evaluated_alias or alias.evaluated_name) in self.used
+        ]
+        self.dropped += [f"{base}.{alias.evaluated_name}" for alias in updated.names if alias not in kept]
+        if len(kept) == len(updated.names):
+            return updated
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
+        return updated if updated.body else cst.RemoveFromParent()
+
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated if updated.body else updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+
+
+def drop_unused_imports(module: cst.Module, qualified: set[str]) -> tuple[cst.Module, list[str]]:
+    """The module without the from-imports of `qualified` names it no longer uses, and the
+    qualified names whose imports went."""
+    if not qualified:
+        return module, []
+    used = _NamesUsed()
+    module.visit(used)
+    dropper = _DropImports(qualified, used.names)
+    return module.visit(dropper), dropper.dropped

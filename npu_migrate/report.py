@@ -171,6 +171,8 @@ def change_rows(outcomes: list[FileOutcome]) -> list[dict]:
         display = outcome.file.display
         for line, module in outcome.result.added_imports:
             rows.append(_row(display, line, line, "INSERT", f"import {module}", None))
+        for line, name in outcome.result.removed_imports:
+            rows.append(_row(display, line, line, "DELETE", f"unused import of {name}", None))
         for finding in outcome.result.findings:
             if finding.applied:
                 kind, text = "MODIFY", f"{message(finding)} → {finding.replacement}"

@@ -120,6 +120,7 @@ class Rewriter(cst.CSTTransformer):
         self.plan = plan
         self.matches: list[Match] = []
         self.needed_imports: list[str] = []
+        self.droppable_imports: set[str] = set()
         self._not_references: set[cst.CSTNode] = set()
         self._names: dict[cst.CSTNode, tuple[NameHit, list[str], str]] = {}
         self._strings: dict[cst.CSTNode, Rule] = {}
@@ -148,6 +149,7 @@ class Rewriter(cst.CSTTransformer):
         for name in [*(rule.fix.add_import if rule.fix else []), *extra_imports]:
             if name and name not in self.needed_imports:
                 self.needed_imports.append(name)
+        self.droppable_imports.update(rule.fix.drop_unused_imports if rule.fix else [])
         return fixed  # type: ignore[return-value]
 
     # ------------------------------------------------------------ names that are not references

@@ -270,6 +270,11 @@ class Fix(Strict):
         default=None, description="Regex replacements applied in order to a string literal's text."
     )
     keywords: KeywordEdit | None = None
+    drop_unused_imports: list[str] = Field(
+        default_factory=list,
+        description="Qualified names whose imports are removed once the fix leaves them unused "
+        "(e.g. flash_attn.flash_attn_func, which an NPU host cannot import).",
+    )
     add_import: list[str] = Field(
         default_factory=lambda: ["torch_npu"],
         description="Modules the fixed code needs imported (default: torch_npu).",

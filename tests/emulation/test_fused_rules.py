@@ -22,15 +22,33 @@ HEADER = "import torch\nimport torch.nn.functional as F\n\n"
 ROTATE_HALF = "def rotate_half(x):\n    a, b = x.chunk(2, dim=-1)\n    return torch.cat((-b, a), dim=-1)\n\n"
 
 
+def reference_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+    """flash-attn's documented semantics in plain torch: (B, S, N, D) inputs, GQA, and since
+    2.1 a causal mask aligned to the bottom-right corner (query i sees keys j <= i + Sk - Sq)."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    mask = None
+    if causal:
+        mask = torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=s_k - s_q)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=softmax_scale, enable_gqa=True
+    )
+    return out.transpose(1, 2)
+
+
 @pytest.fixture(autouse=True)
 def emulated_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     """`import torch_npu` in rewritten code gets the emulated operators (no device emulation
-    is installed: these tensors live on the CPU either way)."""
+    is installed: these tensors live on the CPU either way); `flash_attn` in the original code
+    gets a plain-torch reference of its documented semantics."""
     module = types.ModuleType("torch_npu")
     for name in ops.__all__:
         setattr(module, name, getattr(ops, name))
     module.optim = optim
     monkeypatch.setitem(sys.modules, "torch_npu", module)
+    flash = types.ModuleType("flash_attn")
+    flash.flash_attn_func = reference_flash_attn_func
+    monkeypatch.setitem(sys.modules, "flash_attn", flash)
 
 
 def rewritten(code: str, expect: str) -> str:
@@ -102,6 +120,18 @@ CASES = {
         "scale=0.3",
         lambda: [randn(2, 2, 5, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8)],
     ),
+    "NPU920-flash-causal-bottom-right": (
+        "from flash_attn import flash_attn_func\n\n"
+        "def f(q, k, v):\n    return flash_attn_func(q, k, v, causal=True)\n",
+        "sparse_mode=3",
+        lambda: [randn(2, 5, 4, 8), randn(2, 9, 2, 8), randn(2, 9, 2, 8)],
+    ),
+    "NPU921-flash-scaled": (
+        "from flash_attn import flash_attn_func\n\n"
+        "def f(q, k, v):\n    return flash_attn_func(q, k, v, softmax_scale=0.25)\n",
+        '"BSND", scale=0.25)[0]',
+        lambda: [randn(1, 6, 2, 16), randn(1, 6, 2, 16), randn(1, 6, 2, 16)],
+    ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
         "npu_rms_norm(x, w, epsilon=1e-5)",
@@ -131,6 +161,7 @@ def test_fused_rewrite_matches_the_original(case: str, dtype) -> None:
     body, expect, make_inputs = CASES[case]
     original = HEADER + body
     fused = rewritten(original, expect)
+    assert "flash_attn" not in fused, "the CUDA-only import must go with its last use"
     compare(function(original), function(fused), make_inputs(), dtype)
 
 
