@@ -61,13 +61,16 @@ def migrate_source(
     )
 
 
-def _import_line(table: ImportTable, qualified: str, positions: Mapping[cst.CSTNode, CodeRange]) -> int:
-    """The line of the original from-import that bound `qualified`."""
+def _import_line(table: ImportTable, name: str, positions: Mapping[cst.CSTNode, CodeRange]) -> int:
+    """The line of the original import statement that imported `name` (a module or a name)."""
     for statement in table.imports:
         if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
             base = module_name(statement.module)
-            if any(f"{base}.{alias.evaluated_name}" == qualified for alias in statement.names):
-                return positions[statement].start.line
+            names = [f"{base}.{alias.evaluated_name}" for alias in statement.names]
+        else:
+            names = [module_name(alias.name) for alias in statement.names]  # type: ignore[union-attr]
+        if name in names:
+            return positions[statement].start.line
     return 0
 
 

@@ -106,6 +106,23 @@ class _DropImports(cst.CSTTransformer):
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)
 
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import | cst.RemovalSentinel:
+        """`import apex` goes when apex.optimizers.FusedSGD was the only thing used from it."""
+
+        def droppable(alias: cst.ImportAlias) -> bool:
+            module = module_name(alias.name)
+            local = alias.evaluated_alias or module.split(".")[0]
+            return local not in self.used and any(q.startswith(module + ".") for q in self.qualified)
+
+        kept = [alias for alias in updated.names if not droppable(alias)]
+        self.dropped += [module_name(alias.name) for alias in updated.names if alias not in kept]
+        if len(kept) == len(updated.names):
+            return updated
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:

@@ -49,6 +49,19 @@ def emulated_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     flash = types.ModuleType("flash_attn")
     flash.flash_attn_func = reference_flash_attn_func
     monkeypatch.setitem(sys.modules, "flash_attn", flash)
+    apex, apex_optimizers = types.ModuleType("apex"), types.ModuleType("apex.optimizers")
+    apex_optimizers.FusedAdam = reference_fused_adam
+    apex_optimizers.FusedSGD = torch.optim.SGD  # apex's default update is torch's SGD
+    apex.optimizers = apex_optimizers
+    monkeypatch.setitem(sys.modules, "apex", apex)
+    monkeypatch.setitem(sys.modules, "apex.optimizers", apex_optimizers)
+
+
+def reference_fused_adam(params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True,
+                         weight_decay=0.0, amsgrad=False):  # fmt: skip
+    """apex FusedAdam's documented defaults: AdamW mode, no weight decay."""
+    assert bias_correction and adam_w_mode
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
 
 
 def rewritten(code: str, expect: str) -> str:
@@ -171,13 +184,17 @@ OPTIMIZERS = {
     "NPU912": "torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True)",
     "NPU913": "torch.optim.Adadelta(params, lr=1.0, rho=0.95)",
     "NPU914": "torch.optim.RMSprop(params, lr=0.01, alpha=0.9, momentum=0.5)",
+    "NPU924": "apex.optimizers.FusedAdam(params, lr=0.05)",
+    "NPU925": "apex.optimizers.FusedSGD(params, 0.1, momentum=0.9)",
 }
 
 
 @pytest.mark.parametrize("code", sorted(OPTIMIZERS))
 def test_fused_optimizer_trains_like_the_original(code: str) -> None:
-    original = HEADER + f"def make(params):\n    return {OPTIMIZERS[code]}\n"
+    original = HEADER + f"import apex\n\ndef make(params):\n    return {OPTIMIZERS[code]}\n"
     fused = rewritten(original, "torch_npu.optim.NpuFused")
+    if "apex" in OPTIMIZERS[code]:
+        assert "import apex" not in fused, "the CUDA-only import must go with its last use"
     weights = []
     for source in (original, fused):
         torch.manual_seed(0)
