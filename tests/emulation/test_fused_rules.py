@@ -57,8 +57,10 @@ def emulated_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "apex.optimizers", apex_optimizers)
 
 
-def reference_fused_adam(params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True,
-                         weight_decay=0.0, amsgrad=False):  # fmt: skip
+def reference_fused_adam(
+    params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True, weight_decay=0.0,
+    amsgrad=False,
+):  # fmt: skip
     """apex FusedAdam's documented defaults: AdamW mode, no weight decay."""
     assert bias_correction and adam_w_mode
     return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
