@@ -17,7 +17,15 @@ from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regr
 from npu_migrate.index import NameHit, RuleIndex, StringRule
 from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches
 from npu_migrate.patterns import code_of, fill
-from npu_migrate.ruleset import Applicability, ArgCondition, Argument, CallMatch, MethodMatch, Rule
+from npu_migrate.ruleset import (
+    Applicability,
+    ArgCondition,
+    Argument,
+    CallMatch,
+    MethodMatch,
+    PatternMatch,
+    Rule,
+)
 
 _STRING = (cst.SimpleString, cst.FormattedString)
 _COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
@@ -509,6 +517,11 @@ class Rewriter(cst.CSTTransformer):
 
     # ------------------------------------------------------------ code patterns
 
+    def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> bool:
+        if not all(dotted_parts(bindings[name]) for name in match.simple):
+            return False
+        return all(code_of(bindings[name], self.module) not in codes for name, codes in match.exclude.items())
+
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         result = super().on_leave(original_node, updated_node)
         candidates = self.index.patterns.get(type(original_node))
@@ -516,7 +529,7 @@ class Rewriter(cst.CSTTransformer):
             return result
         for rule, pattern in candidates:
             bindings = pattern.match(result, self.table.qualify)  # type: ignore[arg-type]
-            if bindings is None or not all(dotted_parts(bindings[n]) for n in rule.match.simple):  # type: ignore[union-attr]
+            if bindings is None or not self._guards_hold(rule.match, bindings):  # type: ignore[arg-type]
                 continue
             fixed, needed = None, []
             if rule.fix and rule.fix.template:

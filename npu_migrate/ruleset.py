@@ -201,6 +201,10 @@ class PatternMatch(Strict):
         default_factory=list,
         description="Metavariables that must match a plain name or attribute chain (safe to repeat).",
     )
+    exclude: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Code a metavariable must not match, e.g. {P: [self]}.",
+    )
 
 
 MATCH_KINDS: dict[str, type[Strict]] = {
