@@ -62,12 +62,25 @@ class Pattern:
         return type(self.tree)
 
     @property
+    def assigned_metavariables(self) -> set[str]:
+        """The metavariables among an assignment pattern's targets (`$A, $B = ...`)."""
+        if not isinstance(self.tree, cst.Assign):
+            return set()
+        targets = cst.Module(body=[]).code_for_node(
+            cst.Tuple([cst.Element(t.target) for t in self.tree.targets])
+        )
+        return set(re.findall(_PREFIX + r"(\w+)", targets))
+
+    @property
     def words(self) -> set[str]:
         """Identifiers the pattern needs, for the text prefilter."""
         return set(re.findall(r"[A-Za-z_]\w+", METAVARIABLE.sub(" ", self.source)))
 
-    def match(self, node: cst.CSTNode, qualify: Qualify) -> dict[str, cst.CSTNode] | None:
-        bindings: dict[str, cst.CSTNode] = {}
+    def match(
+        self, node: cst.CSTNode, qualify: Qualify, bound: dict[str, cst.CSTNode] | None = None
+    ) -> dict[str, cst.CSTNode] | None:
+        """The metavariable bindings if `node` matches (consistent with `bound`), else None."""
+        bindings = dict(bound or {})
         return bindings if _same(self.tree, node, bindings, qualify) else None
 
 

@@ -15,8 +15,8 @@ from libcst.metadata import CodeRange
 from npu_migrate.fixes import chain_source, edit_keywords, replace_expression, substitute_string
 from npu_migrate.import_plan import ImportPlan, PlannedImport, import_path, regroup, renamed, renamed_by
 from npu_migrate.index import NameHit, RuleIndex, StringRule
-from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches
-from npu_migrate.patterns import code_of, fill
+from npu_migrate.names import ImportTable, dotted_parts, module_name, name_matches, small_statements
+from npu_migrate.patterns import Pattern, code_of, fill
 from npu_migrate.ruleset import (
     Applicability,
     ArgCondition,
@@ -105,6 +105,22 @@ def _fits(call: cst.Call, signature: list[str]) -> bool:
     )
 
 
+def _assigned_names(statement: cst.CSTNode) -> set[str]:
+    """Plain names a small statement assigns to."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(statement, cst.Assign):
+        targets = [t.target for t in statement.targets]
+    elif isinstance(statement, cst.AnnAssign | cst.AugAssign):
+        targets = [statement.target]
+    names: set[str] = set()
+    for target in targets:
+        if isinstance(target, cst.Name):
+            names.add(target.value)
+        elif isinstance(target, cst.Tuple | cst.List):
+            names.update(e.value.value for e in target.elements if isinstance(e.value, cst.Name))
+    return names
+
+
 def _renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
     """`x.cuda` -> `x.npu` by the rule's rename map, or None when the rule has no such fix."""
     new = rule.fix.rename.get(node.attr.value) if rule.fix and rule.fix.rename else None
@@ -128,6 +144,7 @@ class Rewriter(cst.CSTTransformer):
         self.plan = plan
         self.matches: list[Match] = []
         self.needed_imports: list[str] = []
+        self._functions: list[cst.FunctionDef] = []
         self.droppable_imports: set[str] = set()
         self._not_references: set[cst.CSTNode] = set()
         self._names: dict[cst.CSTNode, tuple[NameHit, list[str], str]] = {}
@@ -168,6 +185,11 @@ class Rewriter(cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._not_references.add(node.name)
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._not_references.add(node.name)
@@ -518,9 +540,41 @@ class Rewriter(cst.CSTTransformer):
     # ------------------------------------------------------------ code patterns
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> bool:
+        """Checks the pattern's guards; `assigned` ones add what they bind to `bindings`."""
+        if match.assigned:
+            found = self._assignment(match, bindings)
+            if found is None:
+                return False
+            bindings.update(found)
         if not all(dotted_parts(bindings[name]) for name in match.simple):
             return False
         return all(code_of(bindings[name], self.module) not in codes for name, codes in match.exclude.items())
+
+    def _assignment(
+        self, match: PatternMatch, bindings: dict[str, cst.CSTNode]
+    ) -> dict[str, cst.CSTNode] | None:
+        """The bindings of the statement in the enclosing function that assigns the matched names
+        as `match.assigned` says, when the data flow makes the rewrite safe: those names are
+        assigned nowhere else, and what they were computed from is not assigned there or later."""
+        if not self._functions:
+            return None
+        statements = list(small_statements(self._functions[-1].body.body))  # type: ignore[union-attr]
+        assigned = [_assigned_names(s) for s in statements]
+        for index, statement in enumerate(statements):
+            for source in match.assigned:
+                pattern = Pattern.compile(source)
+                found = pattern.match(statement, self.table.qualify, bindings)
+                if found is None:
+                    continue
+                named = {var: node.value for var, node in found.items() if isinstance(node, cst.Name)}
+                targets = {named[v] for v in pattern.assigned_metavariables if v in named}
+                sources = {name for var, name in named.items() if var not in pattern.assigned_metavariables}
+                elsewhere = set().union(*assigned[:index], *assigned[index + 1 :])
+                from_here = set().union(*assigned[index:])
+                if targets & elsewhere or sources & from_here:
+                    return None
+                return found
+        return None
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         result = super().on_leave(original_node, updated_node)

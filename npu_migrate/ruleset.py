@@ -205,6 +205,12 @@ class PatternMatch(Strict):
         default_factory=dict,
         description="Code a metavariable must not match, e.g. {P: [self]}.",
     )
+    assigned: list[Annotated[str, AfterValidator(_parses)]] = Field(
+        default_factory=list,
+        description="Assignment patterns, one of which must bind the match's names earlier in the "
+        "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
+        "and $X is a plain name not assigned there or after it.",
+    )
 
 
 MATCH_KINDS: dict[str, type[Strict]] = {
@@ -338,7 +344,7 @@ class Rule(Strict):
             raise ValueError("manual rules have no fix; safe and unsafe rules need one")
         if self.fix and self.fix.template:
             if isinstance(self.match, PatternMatch):
-                bindable = set(METAVARIABLE.findall(self.match.pattern))
+                bindable = set(METAVARIABLE.findall(" ".join([self.match.pattern, *self.match.assigned])))
             elif isinstance(self.match, CallMatch):
                 bindable = set(self.match.signature) | set(self.match.args)
             else:

@@ -147,6 +147,11 @@ CASES = {
         '"BSND", scale=0.25)[0]',
         lambda: [randn(1, 6, 2, 16), randn(1, 6, 2, 16), randn(1, 6, 2, 16)],
     ),
+    "NPU917-swiglu-chunk": (
+        "def f(x, w):\n    x = x @ w\n    a, b = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n",
+        "torch_npu.npu_swiglu(x, dim=-1)",
+        lambda: [randn(3, 5, 8), randn(8, 12)],
+    ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
         "npu_rms_norm(x, w, epsilon=1e-5)",
