@@ -5,6 +5,7 @@ resolution), and fix templates filled with what the metavariables matched."""
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,15 +38,17 @@ Qualify = Callable[[list[str]], "str | None"]
 Spell = Callable[[str], "tuple[str, str | None]"]
 
 
-def _parse(code: str) -> cst.CSTNode:
-    """An expression, else a single small statement."""
+def parse_code(code: str) -> cst.CSTNode:
+    """An expression, else one simple statement, else one compound statement (a whole `def`)."""
     try:
         return cst.parse_expression(code)
     except cst.ParserSyntaxError:
-        statement = cst.parse_statement(code)
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            raise ValueError(f"pattern must be one expression or simple statement: {code!r}") from None
-        return statement.body[0]
+        statement = cst.parse_statement(textwrap.dedent(code))
+        if isinstance(statement, cst.SimpleStatementLine):
+            if len(statement.body) != 1:
+                raise ValueError(f"pattern must be one statement: {code!r}") from None
+            return statement.body[0]
+        return statement
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class Pattern:
 
     @classmethod
     def compile(cls, source: str) -> Pattern:
-        return cls(source, _parse(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), source)))
+        return cls(source, parse_code(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), source)))
 
     @property
     def root_type(self) -> type[cst.CSTNode]:
@@ -211,7 +214,7 @@ def fill(template: str, codes: dict[str, str], spell: Spell) -> tuple[cst.CSTNod
     Raises ValueError when a metavariable the template needs outside an optional keyword
     argument is not bound."""
     spelling = _Spelling(spell)
-    tree = _parse(placeholders(template)).visit(spelling).visit(_Fill(codes))
+    tree = parse_code(placeholders(template)).visit(spelling).visit(_Fill(codes))
     return tree, spelling.needed
 
 

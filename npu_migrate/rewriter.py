@@ -121,6 +121,15 @@ def _assigned_names(statement: cst.CSTNode) -> set[str]:
     return names
 
 
+def _framed_like(fixed: cst.CSTNode, matched: cst.CSTNode) -> cst.CSTNode:
+    """The fixed node keeps the matched node's parentheses, or its comment and blank lines."""
+    if isinstance(matched, cst.BaseExpression) and isinstance(fixed, cst.BaseExpression):
+        return fixed.with_changes(lpar=matched.lpar, rpar=matched.rpar)
+    if isinstance(matched, cst.BaseCompoundStatement) and isinstance(fixed, cst.BaseCompoundStatement):
+        return fixed.with_changes(leading_lines=matched.leading_lines)
+    return fixed
+
+
 def _renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
     """`x.cuda` -> `x.npu` by the rule's rename map, or None when the rule has no such fix."""
     new = rule.fix.rename.get(node.attr.value) if rule.fix and rule.fix.rename else None
@@ -589,7 +598,6 @@ class Rewriter(cst.CSTTransformer):
             if rule.fix and rule.fix.template:
                 codes = {name: code_of(node, self.module) for name, node in bindings.items()}
                 fixed, needed = fill(rule.fix.template, codes, self.table.spell)
-                if isinstance(result, cst.BaseExpression) and isinstance(fixed, cst.BaseExpression):
-                    fixed = fixed.with_changes(lpar=result.lpar, rpar=result.rpar)
+                fixed = _framed_like(fixed, result)
             return self._found(rule, original_node, result, fixed, *needed)
         return result

@@ -13,7 +13,7 @@ import pytest
 
 from npu_migrate.import_plan import renamed
 from npu_migrate.names import dotted_parts
-from npu_migrate.patterns import placeholders
+from npu_migrate.patterns import parse_code, placeholders
 from npu_migrate.reference import TorchNpuReference, reference
 from npu_migrate.ruleset import CallMatch, NameMatch, load_rules
 
@@ -68,7 +68,7 @@ def test_template_calls_use_only_real_operator_parameters(real: TorchNpuReferenc
     for rule in load_rules():
         if not (rule.fix and rule.fix.template):
             continue
-        tree = cst.parse_expression(placeholders(rule.fix.template))
+        tree = parse_code(placeholders(rule.fix.template))
         for call in [n for n in _walk(tree) if isinstance(n, cst.Call)]:
             parts = dotted_parts(call.func)
             if not parts or parts[0] != "torch_npu" or len(parts) != 2:

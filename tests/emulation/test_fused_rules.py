@@ -214,3 +214,37 @@ def test_fused_optimizer_trains_like_the_original(code: str) -> None:
             optimizer.step()
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)
+
+
+HF_RMS_NORM = (
+    HEADER
+    + """
+class LlamaRMSNorm(torch.nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+"""
+)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+def test_the_llama_rms_norm_forward_matches(dtype) -> None:
+    fused = rewritten(HF_RMS_NORM, "return torch_npu.npu_rms_norm(hidden_states, self.weight")
+    torch.manual_seed(0)
+    original_norm = function(HF_RMS_NORM, "LlamaRMSNorm")(64)
+    fused_norm = function(fused, "LlamaRMSNorm")(64)
+    fused_norm.load_state_dict(original_norm.state_dict())
+
+    def through(norm):
+        return lambda x, w: torch.func.functional_call(norm, {"weight": w}, (x,))
+
+    weight = original_norm.weight.detach()
+    compare(through(original_norm), through(fused_norm), [randn(2, 7, 64), weight], dtype)
