@@ -152,6 +152,7 @@ class Rewriter(cst.CSTTransformer):
         self.table = table
         self.plan = plan
         self.matches: list[Match] = []
+        self._by_node: dict[cst.CSTNode, list[Match]] = {}
         self.needed_imports: list[str] = []
         self._functions: list[cst.FunctionDef] = []
         self.droppable_imports: set[str] = set()
@@ -177,7 +178,7 @@ class Rewriter(cst.CSTTransformer):
         elif fixed is not None:
             replacement = self.module.code_for_node(fixed).strip()
         applied = fixed is not None and rule.applicability in self.enabled
-        self.matches.append(Match(rule, original, code, replacement, applied))
+        self._record(Match(rule, original, code, replacement, applied))
         if not applied:
             return updated
         for name in [*(rule.fix.add_import if rule.fix else []), *extra_imports]:
@@ -185,6 +186,18 @@ class Rewriter(cst.CSTTransformer):
                 self.needed_imports.append(name)
         self.droppable_imports.update(rule.fix.drop_unused_imports if rule.fix else [])
         return fixed  # type: ignore[return-value]
+
+    def _record(self, match: Match) -> None:
+        """One finding per node and rule; a rule that can fix a node silences the report-only
+        rules that matched it too (the specific rewrite beats the generic "not rewritten")."""
+        same_node = [m for m in self._by_node.get(match.node, []) if m.rule.code != match.rule.code]
+        if match.replacement is None and any(m.replacement is not None for m in same_node):
+            return
+        if match.replacement is not None:
+            silenced = [m for m in same_node if m.replacement is None]
+            self.matches = [m for m in self.matches if m not in silenced]
+        self._by_node.setdefault(match.node, []).append(match)
+        self.matches.append(match)
 
     # ------------------------------------------------------------ names that are not references
 

@@ -152,6 +152,19 @@ CASES = {
         "torch_npu.npu_swiglu(x, dim=-1)",
         lambda: [randn(3, 5, 8), randn(8, 12)],
     ),
+    "NPU919-bool-mask": (
+        "def f(q, k, v, positions, lengths):\n"
+        "    keep = positions < lengths[:, None, None, None]\n"
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)\n",
+        "atten_mask=~keep",
+        lambda: [
+            randn(2, 2, 5, 8),
+            randn(2, 2, 6, 8),
+            randn(2, 2, 6, 8),
+            torch.arange(6).expand(1, 1, 5, 6),
+            torch.tensor([3, 6]),
+        ],
+    ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
         "npu_rms_norm(x, w, epsilon=1e-5)",
