@@ -36,6 +36,29 @@ def reference_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal
     return out.transpose(1, 2)
 
 
+def reference_flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+):
+    """Packed sequences (total, heads, dim) with cumulative starts: each sequence alone."""
+    outs = []
+    for i in range(len(cu_seqlens_q) - 1):
+        qs, qe, ks, ke = cu_seqlens_q[i], cu_seqlens_q[i + 1], cu_seqlens_k[i], cu_seqlens_k[i + 1]
+        one = reference_flash_attn_func(
+            q[None, qs:qe], k[None, ks:ke], v[None, ks:ke], dropout_p, softmax_scale, causal
+        )
+        outs.append(one[0])
+    return torch.cat(outs)
+
+
 @pytest.fixture(autouse=True)
 def emulated_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     """`import torch_npu` in rewritten code gets the emulated operators (no device emulation
@@ -48,6 +71,7 @@ def emulated_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch_npu", module)
     flash = types.ModuleType("flash_attn")
     flash.flash_attn_func = reference_flash_attn_func
+    flash.flash_attn_varlen_func = reference_flash_attn_varlen_func
     monkeypatch.setitem(sys.modules, "flash_attn", flash)
     apex, apex_optimizers = types.ModuleType("apex"), types.ModuleType("apex.optimizers")
     apex_optimizers.FusedAdam = reference_fused_adam
@@ -82,7 +106,7 @@ def function(code: str, name: str = "f"):
 
 def run(fn, inputs: list, dtype) -> list[torch.Tensor]:
     """The output and the input gradients of fn on inputs cast to dtype, as fp32 tensors."""
-    leaves = [t.detach().to(dtype).requires_grad_(t.is_floating_point()) for t in inputs]
+    leaves = [t.detach().to(dtype).requires_grad_() if t.is_floating_point() else t for t in inputs]
     out = fn(*leaves)
     out.float().pow(2).sum().backward()
     return [out.detach().float(), *(t.grad.float() for t in leaves if t.grad is not None)]
@@ -163,6 +187,32 @@ CASES = {
             randn(2, 2, 6, 8),
             torch.arange(6).expand(1, 1, 5, 6),
             torch.tensor([3, 6]),
+        ],
+    ),
+    "NPU926-varlen-causal": (
+        "from flash_attn import flash_attn_varlen_func\n\n"
+        "def f(q, k, v, cu_q, cu_k):\n"
+        "    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 6, causal=True)\n",
+        '"TND"',
+        lambda: [
+            randn(7, 4, 8),
+            randn(10, 2, 8),
+            randn(10, 2, 8),
+            torch.tensor([0, 3, 7]),
+            torch.tensor([0, 4, 10]),
+        ],
+    ),
+    "NPU927-varlen": (
+        "from flash_attn import flash_attn_varlen_func\n\n"
+        "def f(q, k, v, cu_q, cu_k):\n"
+        "    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 6, softmax_scale=0.3)\n",
+        "actual_seq_kvlen=cu_k[1:].tolist())[0]",
+        lambda: [
+            randn(7, 2, 8),
+            randn(10, 2, 8),
+            randn(10, 2, 8),
+            torch.tensor([0, 3, 7]),
+            torch.tensor([0, 4, 10]),
         ],
     ),
     "NPU904-rms-norm": (
