@@ -3,6 +3,9 @@ import (else after its last top-level import, else after the docstring and __fut
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import libcst as cst
 
 from npu_migrate.names import ImportTable, module_name
@@ -62,6 +65,9 @@ def add_imports(
     return module.with_changes(body=[*body[:at], *new, *body[at:]]), added
 
 
+Statement = TypeVar("Statement", cst.Import, cst.ImportFrom)
+
+
 class _NamesUsed(cst.CSTVisitor):
     """Every name a module uses outside its import statements."""
 
@@ -92,36 +98,41 @@ class _DropImports(cst.CSTTransformer):
         if updated.relative or isinstance(updated.names, cst.ImportStar):
             return updated
         base = module_name(updated.module)
-        kept = [
-            alias
-            for alias in updated.names
-            if f"{base}.{alias.evaluated_name}" not in self.qualified
-            or (alias.evaluated_alias or alias.evaluated_name) in self.used
-        ]
-        self.dropped += [f"{base}.{alias.evaluated_name}" for alias in updated.names if alias not in kept]
-        if len(kept) == len(updated.names):
-            return updated
-        if not kept:
-            return cst.RemoveFromParent()
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
+
+        def dropped(alias: cst.ImportAlias) -> str | None:
+            name = f"{base}.{alias.evaluated_name}"
+            unused = (alias.evaluated_alias or alias.evaluated_name) not in self.used
+            return name if name in self.qualified and unused else None
+
+        return self._prune(updated, dropped)
 
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import | cst.RemovalSentinel:
         """`import apex` goes when apex.optimizers.FusedSGD was the only thing used from it."""
 
-        def droppable(alias: cst.ImportAlias) -> bool:
+        def dropped(alias: cst.ImportAlias) -> str | None:
             module = module_name(alias.name)
-            local = alias.evaluated_alias or module.split(".")[0]
-            return local not in self.used and any(q.startswith(module + ".") for q in self.qualified)
+            unused = (alias.evaluated_alias or module.split(".")[0]) not in self.used
+            return module if unused and any(q.startswith(module + ".") for q in self.qualified) else None
 
-        kept = [alias for alias in updated.names if not droppable(alias)]
-        self.dropped += [module_name(alias.name) for alias in updated.names if alias not in kept]
-        if len(kept) == len(updated.names):
-            return updated
+        return self._prune(updated, dropped)
+
+    def _prune(
+        self, statement: Statement, dropped: Callable[[cst.ImportAlias], str | None]
+    ) -> Statement | cst.RemovalSentinel:
+        """The statement without the aliases `dropped` names (recorded), or nothing if none is left."""
+        kept = []
+        for alias in statement.names:  # type: ignore[union-attr]
+            name = dropped(alias)
+            if name is None:
+                kept.append(alias)
+            else:
+                self.dropped.append(name)
+        if len(kept) == len(statement.names):  # type: ignore[arg-type]
+            return statement
         if not kept:
             return cst.RemoveFromParent()
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
+        return statement.with_changes(names=kept)
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine

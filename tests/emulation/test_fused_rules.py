@@ -135,6 +135,14 @@ def randn(*shape: int) -> torch.Tensor:
 
 
 GENERATOR = torch.Generator().manual_seed(0)
+
+
+def packed_sequences(query_heads: int) -> list[torch.Tensor]:
+    """Two packed sequences (3 and 4 query tokens, 4 and 6 key tokens), 2 key heads."""
+    q, k, v = randn(7, query_heads, 8), randn(10, 2, 8), randn(10, 2, 8)
+    return [q, k, v, torch.tensor([0, 3, 7]), torch.tensor([0, 4, 10])]
+
+
 DTYPES = [torch.float32, torch.bfloat16]
 
 CASES = {
@@ -194,26 +202,14 @@ CASES = {
         "def f(q, k, v, cu_q, cu_k):\n"
         "    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 6, causal=True)\n",
         '"TND"',
-        lambda: [
-            randn(7, 4, 8),
-            randn(10, 2, 8),
-            randn(10, 2, 8),
-            torch.tensor([0, 3, 7]),
-            torch.tensor([0, 4, 10]),
-        ],
+        lambda: packed_sequences(query_heads=4),
     ),
     "NPU927-varlen": (
         "from flash_attn import flash_attn_varlen_func\n\n"
         "def f(q, k, v, cu_q, cu_k):\n"
         "    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 6, softmax_scale=0.3)\n",
         "actual_seq_kvlen=cu_k[1:].tolist())[0]",
-        lambda: [
-            randn(7, 2, 8),
-            randn(10, 2, 8),
-            randn(10, 2, 8),
-            torch.tensor([0, 3, 7]),
-            torch.tensor([0, 4, 10]),
-        ],
+        lambda: packed_sequences(query_heads=2),
     ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
