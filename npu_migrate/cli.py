@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -221,6 +223,75 @@ def run(
     if emulate is None:
         emulate = not real_torch_npu_imports()
     raise typer.Exit(run_script(script, list(ctx.args), emulate))
+
+
+@app.command()
+def verify(
+    tree: Annotated[
+        Path | None, typer.Argument(help="A CUDA project to migrate into a temporary copy and verify.")
+    ] = None,
+    entry: Annotated[str, typer.Option(help="FILE:FUNC in each tree returning (model, inputs, ...).")] = "",
+    original: Annotated[Path | None, typer.Option(help="The original project.")] = None,
+    migrated: Annotated[Path | None, typer.Option(help="The migrated project.")] = None,
+    unsafe: Annotated[bool, typer.Option(help="With TREE: apply the unsafe (fused) fixes too.")] = False,
+    steps: Annotated[int, typer.Option(min=0, help="Training steps to compare (needs a loss_fn).")] = 0,
+    device_original: Annotated[str | None, typer.Option(help="[default: cuda if present, else cpu]")] = None,
+    device_migrated: Annotated[str, typer.Option(help="The NPU device the migrated side uses.")] = "npu",
+    emulate: Annotated[
+        bool | None,
+        typer.Option("--emulate/--no-emulate", help="[default: emulate when no real torch_npu imports]"),
+    ] = None,
+    max_memory_ratio: Annotated[
+        float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
+    rules: RulesOption = None,
+) -> None:
+    """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
+    if not entry:
+        fail("--entry FILE:FUNC is required")
+    if (tree is None) == (original is None or migrated is None):
+        fail("give either TREE, or both --original and --migrated")
+    try:
+        from npu_migrate.verify import orchestrate
+        from npu_migrate.verify import report as verify_report
+        from npu_migrate.verify.compare import Thresholds
+    except ImportError as exc:
+        fail(f"verify needs torch ({exc.name} is missing): pip install 'npu-migrate[verify]'")
+    with contextlib.ExitStack() as stack:
+        if tree is not None:
+            original, migrated = tree, _migrated_copy(tree, unsafe, rules, stack)
+        options = orchestrate.Options(
+            original=original,  # type: ignore[arg-type]
+            migrated=migrated,  # type: ignore[arg-type]
+            entry=entry,
+            steps=steps,
+            device_original=device_original,
+            device_migrated=device_migrated,
+            emulate=emulate,
+            limits=Thresholds(max_memory_ratio=max_memory_ratio),
+        )
+        with err.status("verifying") as status:
+            try:
+                result = orchestrate.run(options, lambda text: status.update(text))
+            except orchestrate.SideFailed as exc:
+                status.stop()
+                fail(str(exc))
+    verify_report.print_result(out, result)
+    if json_path is not None:
+        verify_report.write_json(json_path, result)
+    raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> Path:
+    """A temporary migrated copy of `tree`, made with apply's rules."""
+    if not tree.is_dir():
+        fail(f"no such folder: {tree}")
+    enabled = frozenset({Applicability.safe, *([Applicability.unsafe] if unsafe else [])})
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-copy-"))) / tree.name
+    outcomes = _run(_discover([tree], DEFAULT_MAX_BYTES), _rules(rules), enabled, None)
+    _write(outcomes, [tree], folder)
+    return folder
 
 
 @rules_app.command("list")

@@ -1,0 +1,87 @@
+"""What one side records while its model runs: every module's outputs (flattened to tensors, in
+execution order), per-module activation bytes, and live tensor memory where no device
+allocator can say it."""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def flatten(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for every tensor inside tuples, lists, dicts, dataclasses and Hugging
+    Face-style model outputs (which are ordered dicts)."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from flatten(item, f"{path}.{key}")
+    elif isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            yield from flatten(item, f"{path}[{index}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from flatten(getattr(value, field.name), f"{path}.{field.name}")
+
+
+def nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+class ModuleRecorder:
+    """Forward hooks on every named module: outputs in call order, keyed by module name (a
+    module called twice gets `#2`), and the bytes each module's outputs occupy."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.rows: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor on the CPU)
+        self.activation_bytes: dict[str, int] = {}
+        self._calls: dict[str, int] = {}
+        self._handles = [
+            module.register_forward_hook(self._hook(name or "(model)"))
+            for name, module in model.named_modules()
+        ]
+
+    def _hook(self, name: str):
+        def record(module: torch.nn.Module, args: Any, output: Any) -> None:
+            self._calls[name] = self._calls.get(name, 0) + 1
+            call = self._calls[name]
+            key = name if call == 1 else f"{name}#{call}"
+            for path, tensor in flatten(output):
+                self.rows.append((key + path, name, tensor.detach().to("cpu", copy=True)))
+                self.activation_bytes[name] = self.activation_bytes.get(name, 0) + nbytes(tensor)
+
+        return record
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+class LiveTensorBytes(TorchDispatchMode):
+    """Bytes of the tensors that operators create and that are still alive, and their peak:
+    the memory figure for sides without a device allocator (the CPU, the emulation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._counted: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+
+    def _release(self, size: int) -> None:
+        self.live -= size
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for _, tensor in flatten(result):
+            if tensor._base is None and tensor not in self._counted:  # in-place results are counted
+                self._counted.add(tensor)
+                size = tensor.untyped_storage().nbytes()
+                self.live += size
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._release, size)
+        return result

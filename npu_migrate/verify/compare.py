@@ -1,0 +1,202 @@
+"""Numerics of two runs: per-tensor metrics (msprobe's), verdicts, the first diverging module,
+training-step agreement and the memory table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+# Relative tolerance by dtype (msprobe); values smaller than the small-value bound are judged by
+# absolute error instead.
+DTYPE_RTOL = {torch.float16: 2**-10, torch.bfloat16: 2**-8, torch.float32: 2**-20}
+SMALL_VALUE = {torch.float16: 2**-10, torch.bfloat16: 2**-10, torch.float32: 2**-20}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """msprobe's rule: a row fails when (cosine < cosine_warn and max_abs > abs_warn) or cosine <
+    cosine_fail or max_abs > abs_fail, or when one side alone has NaN or Inf."""
+
+    cosine_warn: float = 0.99
+    abs_warn: float = 0.001
+    cosine_fail: float = 0.9
+    abs_fail: float = 1.0
+    loss_rtol: float = 1e-4
+    max_memory_ratio: float | None = None
+
+
+@dataclass
+class Row:
+    key: str
+    module: str
+    dtype: str
+    shape: list[int]
+    cosine: float
+    max_abs: float
+    max_rel: float
+    rmse: float
+    within_1e3: float  # share of elements within 1/1000 relative error
+    within_5e3: float
+    within_dtype_tol: float  # share within the dtype's relative tolerance
+    passed: bool
+    note: str = ""
+
+
+def _finite_mismatch(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool((~torch.isfinite(a)).any()) != bool((~torch.isfinite(b)).any())
+
+
+def compare_tensors(key: str, module: str, a: torch.Tensor, b: torch.Tensor, limits: Thresholds) -> Row:
+    """Metrics of the migrated tensor `b` against the original `a`."""
+    dtype = a.dtype
+    if a.shape != b.shape:
+        return Row(key, module, str(dtype), list(a.shape), 0.0, math.inf, math.inf, math.inf, 0, 0, 0, False,
+                   f"shape {tuple(a.shape)} vs {tuple(b.shape)}")  # fmt: skip
+    x, y = a.detach().double().flatten(), b.detach().double().flatten()
+    if not (x.is_floating_point() or a.is_complex()):
+        exact = bool(torch.equal(x, y))
+        largest = float((x - y).abs().max()) if x.numel() else 0.0
+        share = float(exact)
+        return Row(
+            key, module, str(dtype), list(a.shape), share, largest, 0.0, 0.0, share, share, share, exact
+        )
+    nonfinite = _finite_mismatch(x, y)
+    x, y = torch.nan_to_num(x), torch.nan_to_num(y)
+    diff = (x - y).abs()
+    norms = x.norm() * y.norm()
+    cosine = 1.0 if x.norm() == 0 and y.norm() == 0 else float((x @ y) / norms) if norms > 0 else 0.0
+    small = SMALL_VALUE.get(dtype, 2**-20)
+    relative = torch.where(x.abs() >= small, diff / x.abs().clamp_min(small), diff)
+    rtol = DTYPE_RTOL.get(dtype, 2**-20)
+    count = max(x.numel(), 1)
+    max_abs = float(diff.max()) if x.numel() else 0.0
+    row = Row(
+        key=key,
+        module=module,
+        dtype=str(dtype).removeprefix("torch."),
+        shape=list(a.shape),
+        cosine=cosine,
+        max_abs=max_abs,
+        max_rel=float(relative.max()) if x.numel() else 0.0,
+        rmse=float(diff.pow(2).mean().sqrt()) if x.numel() else 0.0,
+        within_1e3=float((relative <= 1e-3).sum()) / count,
+        within_5e3=float((relative <= 5e-3).sum()) / count,
+        within_dtype_tol=float((relative <= rtol).sum()) / count,
+        passed=True,
+        note="NaN/Inf on one side only" if nonfinite else "",
+    )
+    failed = (
+        nonfinite
+        or (cosine < limits.cosine_warn and max_abs > limits.abs_warn)
+        or cosine < limits.cosine_fail
+        or max_abs > limits.abs_fail
+    )
+    row.passed = not failed
+    return row
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    only_original: list[str]
+    only_migrated: list[str]
+    first_divergence: str | None
+    output_rows: list[Row]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+    passed: bool = True
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thresholds) -> Comparison:
+    theirs = {key: (module, tensor) for key, module, tensor in migrated["rows"]}
+    ours = {key for key, _, _ in original["rows"]}
+    rows = [
+        compare_tensors(key, module, tensor, theirs[key][1], limits)
+        for key, module, tensor in original["rows"]
+        if key in theirs
+    ]
+    output_rows = [
+        compare_tensors(f"output{path}", "(output)", a, b, limits)
+        for (path, a), (_, b) in zip(original["output"], migrated["output"], strict=False)
+    ]
+    first = next((r.module for r in rows if not r.passed), None)
+    comparison = Comparison(
+        rows=rows,
+        only_original=sorted({m for k, m, _ in original["rows"] if k not in theirs}),
+        only_migrated=sorted({m for k, (m, _) in theirs.items() if k not in ours}),
+        first_divergence=first,
+        output_rows=output_rows,
+    )
+    comparison.steps = _compare_steps(original["steps"], migrated["steps"], limits)
+    comparison.memory = _memory(original, migrated)
+    problems = list(migrated.get("state_mismatch", []))
+    if first is not None:
+        problems.append(f"module outputs diverge first at {first}")
+    if any(not r.passed for r in output_rows):
+        problems.append("the model outputs differ")
+    bad_steps = [s["step"] for s in comparison.steps if not s["passed"]]
+    if bad_steps:
+        problems.append(f"training diverges at step {bad_steps[0]}")
+    ratio = comparison.memory.get("peak_ratio")
+    if limits.max_memory_ratio is not None and ratio is not None and ratio > limits.max_memory_ratio:
+        problems.append(f"peak memory ratio {ratio:.2f} exceeds {limits.max_memory_ratio}")
+    comparison.problems = problems
+    comparison.passed = not problems
+    return comparison
+
+
+def _compare_steps(original: list[dict], migrated: list[dict], limits: Thresholds) -> list[dict[str, Any]]:
+    steps = []
+    for number, (a, b) in enumerate(zip(original, migrated, strict=False), start=1):
+        grad_rows = [
+            compare_tensors(name, name, grad, b["grads"][name], limits)
+            for name, grad in a["grads"].items()
+            if name in b["grads"]
+        ]
+        loss_ok = math.isclose(a["loss"], b["loss"], rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
+        worst = min(grad_rows, key=lambda r: r.cosine, default=None)
+        steps.append(
+            {
+                "step": number,
+                "loss_original": a["loss"],
+                "loss_migrated": b["loss"],
+                "grad_norm_original": a["grad_norm"],
+                "grad_norm_migrated": b["grad_norm"],
+                "worst_grad": asdict(worst) if worst else None,
+                "failed_grads": [r.key for r in grad_rows if not r.passed],
+                "ms_original": a["ms"],
+                "ms_migrated": b["ms"],
+                "passed": loss_ok and all(r.passed for r in grad_rows),
+            }
+        )
+    return steps
+
+
+def _memory(original: dict[str, Any], migrated: dict[str, Any]) -> dict[str, Any]:
+    def ratio(key: str) -> float | None:
+        a, b = original.get(key), migrated.get(key)
+        return b / a if a and b is not None else None
+
+    modules = sorted(set(original["activation_bytes"]) | set(migrated["activation_bytes"]))
+    return {
+        "peak_original": original["peak_bytes"],
+        "peak_migrated": migrated["peak_bytes"],
+        "peak_ratio": ratio("peak_bytes"),
+        "parameters_original": original["parameter_bytes"],
+        "parameters_migrated": migrated["parameter_bytes"],
+        "optimizer_original": original.get("optimizer_bytes"),
+        "optimizer_migrated": migrated.get("optimizer_bytes"),
+        "optimizer_ratio": ratio("optimizer_bytes"),
+        "activations": {
+            m: [original["activation_bytes"].get(m, 0), migrated["activation_bytes"].get(m, 0)]
+            for m in modules
+        },
+        "forward_ms": [original["forward_ms"], migrated["forward_ms"]],
+    }

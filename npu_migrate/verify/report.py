@@ -1,0 +1,114 @@
+"""What verify shows: a terminal summary (verdict, first divergence, worst rows, training,
+memory) and the full JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from npu_migrate.verify.compare import Row
+from npu_migrate.verify.orchestrate import Result
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.2f} MiB"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _number(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def _side_name(side: dict[str, Any], label: str) -> str:
+    return f"{label} on {side['device']}" + (" (NPU emulation)" if side.get("emulated") else "")
+
+
+def print_result(console: Console, result: Result, worst: int = 8) -> None:
+    comparison = result.comparison
+    console.print(f"{_side_name(result.original, 'original')} vs {_side_name(result.migrated, 'migrated')}")
+    rows = comparison.rows + comparison.output_rows
+    failed = [r for r in rows if not r.passed]
+    verdict = "[green]PASS[/]" if comparison.passed else "[red]FAIL[/]"
+    console.print(f"{verdict}: {len(rows) - len(failed)} of {len(rows)} compared tensors within thresholds")
+    for problem in comparison.problems:
+        console.print(f"  - {problem}")
+    table = Table(title="worst module outputs", title_justify="left")
+    table.add_column("module output", overflow="fold")
+    for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in sorted(rows, key=lambda r: (r.passed, r.cosine, -r.max_rel))[:worst]:
+        verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {row.note}"
+        numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
+        table.add_row(row.key, row.dtype, *numbers, verdict)
+    console.print(table)
+    for side, names in (("original", comparison.only_original), ("migrated", comparison.only_migrated)):
+        if names:
+            console.print(f"modules only in the {side}: {', '.join(names)}")
+    if comparison.steps:
+        steps = Table(title="training steps", title_justify="left")
+        for column in (
+            "step",
+            "loss original",
+            "loss migrated",
+            "grad norm original",
+            "grad norm migrated",
+            "verdict",
+        ):
+            steps.add_column(column, justify="right")
+        for step in comparison.steps:
+            verdict = (
+                "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(step['failed_grads'][:3])}"
+            )
+            figures = [
+                step[k]
+                for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
+            ]
+            steps.add_row(str(step["step"]), *(f"{f:.6g}" for f in figures), verdict)
+        console.print(steps)
+    memory = comparison.memory
+    figures = Table(title="memory and time", title_justify="left")
+    for column in ("", "original", "migrated", "ratio"):
+        figures.add_column(column, justify="right")
+    figures.add_row(
+        "peak", _mib(memory["peak_original"]), _mib(memory["peak_migrated"]), _ratio(memory["peak_ratio"])
+    )
+    figures.add_row(
+        "parameters", _mib(memory["parameters_original"]), _mib(memory["parameters_migrated"]), ""
+    )
+    figures.add_row("optimizer state", _mib(memory["optimizer_original"]), _mib(memory["optimizer_migrated"]),
+                    _ratio(memory["optimizer_ratio"]))  # fmt: skip
+    original_ms, migrated_ms = memory["forward_ms"]
+    figures.add_row(
+        "forward",
+        f"{original_ms:.2f} ms",
+        f"{migrated_ms:.2f} ms",
+        _ratio(migrated_ms / original_ms if original_ms else None),
+    )
+    console.print(figures)
+
+
+def write_json(path: Path, result: Result) -> None:
+    data = {
+        "passed": result.comparison.passed,
+        "original": {k: result.original[k] for k in ("device", "emulated")},
+        "migrated": {k: result.migrated[k] for k in ("device", "emulated")},
+        **result.comparison.as_dict(),
+    }
+    path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Row):
+        return asdict(value)
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return str(value)

@@ -1,0 +1,269 @@
+"""One side of `verify`, run as its own process: build the user's model from the entry in its
+own tree, run it (forward with module hooks, then optional training steps) and save what it saw.
+
+    python -m npu_migrate.verify.side REQUEST.json
+
+The original side also saves its weights and inputs, so the migrated side starts identically."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
+
+
+class EntryError(Exception):
+    """The entry does not keep the contract; the message says how."""
+
+
+def load_entry(tree: Path, entry: str) -> Any:
+    file, _, func = entry.partition(":")
+    path = tree / file
+    if not func:
+        raise EntryError(f"--entry must be FILE:FUNC, got {entry!r}")
+    if not path.is_file():
+        raise EntryError(f"no entry file {file} in {tree}")
+    sys.path.insert(0, str(tree))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    if not callable(getattr(module, func, None)):
+        raise EntryError(f"{file} has no function {func}()")
+    return getattr(module, func)
+
+
+def unpack(result: Any) -> dict[str, Any]:
+    """The entry's result as {model, inputs, loss_fn, optimizer}."""
+    import torch
+
+    if isinstance(result, tuple | list):
+        result = dict(zip(("model", "inputs", "loss_fn", "optimizer"), result, strict=False))
+    if not isinstance(result, dict) or "model" not in result or "inputs" not in result:
+        raise EntryError(
+            "the entry must return (model, inputs[, loss_fn[, optimizer]]) or a dict with those keys"
+        )
+    if not isinstance(result["model"], torch.nn.Module):
+        raise EntryError(f"the entry's model is a {type(result['model']).__name__}, not a torch.nn.Module")
+    if not isinstance(result["inputs"], tuple | list | dict):
+        raise EntryError(
+            "the entry's inputs must be a tuple of positional arguments or a dict of keyword arguments"
+        )
+    return {"loss_fn": None, "optimizer": None, **result}
+
+
+def call(model: Any, inputs: Any) -> Any:
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+def user_traceback(exc: BaseException, tree: Path) -> str:
+    """The traceback cut down to the frames in the user's tree (what they can act on)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if str(Path(f.filename).resolve()).startswith(str(tree.resolve()))
+    ]
+    lines = traceback.format_list(frames) if frames else []
+    return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+
+
+def _tensors_like(value: Any, originals: Any) -> Any:
+    """`value` with its tensors replaced, in order, by the original side's (on value's device)."""
+    import torch
+
+    from npu_migrate.verify.capture import flatten
+
+    replacements = iter(t for _, t in flatten(originals))
+
+    def swap(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            return next(replacements).to(item.device)
+        if isinstance(item, dict):
+            return {k: swap(v) for k, v in item.items()}
+        if isinstance(item, tuple | list):
+            return type(item)(swap(v) for v in item)
+        return item
+
+    return swap(value)
+
+
+def _to(value: Any, device: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return type(value)(_to(v, device) for v in value)
+    return value
+
+
+def _no_dropout(model: Any) -> None:
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+
+
+def _memory(device: Any) -> Any:
+    """Peak-memory readings: the device allocator where there is one, else live tensor bytes."""
+    import torch
+
+    from npu_migrate.verify.capture import LiveTensorBytes
+
+    backend = {"cuda": getattr(torch, "cuda", None), "npu": getattr(torch, "npu", None)}.get(device.type)
+    if backend is not None and hasattr(backend, "max_memory_allocated") and not _emulated():
+        return _DeviceMemory(backend)
+    return LiveTensorBytes()
+
+
+def _emulated() -> bool:
+    torch_npu = sys.modules.get("torch_npu")
+    return torch_npu is not None and "emulated" in getattr(torch_npu, "__version__", "")
+
+
+class _DeviceMemory:
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.peak = 0
+
+    def __enter__(self) -> _DeviceMemory:
+        self.backend.synchronize()
+        self.backend.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.backend.synchronize()
+        self.peak = int(self.backend.max_memory_allocated())
+
+
+def _timed(fn: Any, repeat: int = 3) -> float:
+    """Median milliseconds of fn()."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    if request["role"] == "migrated":
+        import torch_npu  # noqa: F401 - the real one, or the emulation's stand-in (on PYTHONPATH)
+    import torch
+
+    from npu_migrate.verify.capture import ModuleRecorder, flatten, nbytes
+
+    tree = Path(request["tree"])
+    torch.manual_seed(0)
+    parts = unpack(load_entry(tree, request["entry"])())
+    model, inputs = parts["model"], parts["inputs"]
+    device = torch.device(request["device"])
+    report: dict[str, Any] = {"device": str(device), "emulated": _emulated(), "state_mismatch": []}
+    if request["role"] == "original":
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request["state"])
+    else:
+        given = torch.load(request["state"], weights_only=False)
+        try:
+            result = model.load_state_dict(given["state_dict"], strict=False)
+        except RuntimeError as exc:  # shapes that do not fit
+            raise EntryError(
+                f"the migrated model cannot take the original weights: {str(exc).splitlines()[-1].strip()}"
+            ) from None
+        report["state_mismatch"] = [f"missing on the migrated side: {k}" for k in result.missing_keys] + [
+            f"only on the migrated side: {k}" for k in result.unexpected_keys
+        ]
+        inputs = _tensors_like(inputs, given["inputs"])
+    model.to(device)
+    inputs = _to(inputs, device)
+    _no_dropout(model)
+    model.eval()
+
+    with torch.no_grad():
+        call(model, inputs)  # warm-up
+        report["forward_ms"] = _timed(lambda: call(model, inputs))
+        recorder = ModuleRecorder(model)
+        with _memory(device) as memory:
+            output = call(model, inputs)
+        recorder.close()
+    report["rows"] = recorder.rows
+    report["output"] = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
+    report["activation_bytes"] = recorder.activation_bytes
+    report["peak_bytes"] = memory.peak
+    report["parameter_bytes"] = sum(nbytes(p) for p in model.parameters()) + sum(
+        nbytes(b) for b in model.buffers()
+    )
+    report["steps"] = _train(model, inputs, parts, request["steps"], report) if request["steps"] else []
+    return report
+
+
+def _train(
+    model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: dict[str, Any]
+) -> list[dict[str, Any]]:
+    import torch
+
+    from npu_migrate.verify.capture import nbytes
+
+    if parts["loss_fn"] is None:
+        raise EntryError("training mode (--steps) needs a loss_fn from the entry")
+    optimizer = parts["optimizer"] or torch.optim.SGD(model.parameters(), lr=1e-3)
+    report["optimizer"] = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
+    model.train()
+    _no_dropout(model)
+    history = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        loss = parts["loss_fn"](call(model, inputs))
+        optimizer.zero_grad()
+        loss.backward()
+        grads = {
+            n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None
+        }
+        norm = (
+            torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads.values()])).item()
+            if grads
+            else 0.0
+        )
+        optimizer.step()
+        history.append(
+            {
+                "loss": loss.item(),
+                "grad_norm": norm,
+                "grads": grads,
+                "ms": (time.perf_counter() - start) * 1000,
+            }
+        )
+    report["optimizer_bytes"] = sum(
+        nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+    )
+    return history
+
+
+def main() -> int:
+    request = json.loads(Path(sys.argv[1]).read_text())
+    tree = Path(request["tree"])
+    try:
+        report = run(request)
+    except EntryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:  # the user's code failed: show them their frames
+        print(user_traceback(exc, tree), file=sys.stderr)
+        return EXIT_USER_ERROR
+    import torch
+
+    torch.save(report, request["out"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
