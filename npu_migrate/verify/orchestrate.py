@@ -72,7 +72,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
     )
     if done.returncode != 0:
         message = "\n".join(line for line in done.stderr.splitlines() if "torch_npu is emulated" not in line)
-        raise SideFailed(role, message.strip() or f"exit code {done.returncode}")
+        raise SideFailed(role, message.rstrip() or f"exit code {done.returncode}")
     return torch.load(request["out"], weights_only=False)
 
 

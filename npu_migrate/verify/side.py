@@ -64,10 +64,11 @@ def call(model: Any, inputs: Any) -> Any:
 
 def user_traceback(exc: BaseException, tree: Path) -> str:
     """The traceback cut down to the frames in the user's tree (what they can act on)."""
+    root = tree.resolve()
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if str(Path(f.filename).resolve()).startswith(str(tree.resolve()))
+        if Path(f.filename).is_absolute() and Path(f.filename).resolve().is_relative_to(root)
     ]
     lines = traceback.format_list(frames) if frames else []
     return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
@@ -179,8 +180,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             raise EntryError(
                 f"the migrated model cannot take the original weights: {str(exc).splitlines()[-1].strip()}"
             ) from None
-        report["state_mismatch"] = [f"missing on the migrated side: {k}" for k in result.missing_keys] + [
-            f"only on the migrated side: {k}" for k in result.unexpected_keys
+        # missing_keys: the migrated model has them, the original weights do not; unexpected: the reverse
+        report["state_mismatch"] = [f"missing on the migrated side: {k}" for k in result.unexpected_keys] + [
+            f"only on the migrated side: {k}" for k in result.missing_keys
         ]
         inputs = _tensors_like(inputs, given["inputs"])
     model.to(device)
@@ -197,6 +199,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         recorder.close()
     report["rows"] = recorder.rows
     report["output"] = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
+    if not report["output"]:
+        raise EntryError(f"the model's output holds no tensor (it returned a {type(output).__name__})")
     report["activation_bytes"] = recorder.activation_bytes
     report["peak_bytes"] = memory.peak
     report["parameter_bytes"] = sum(nbytes(p) for p in model.parameters()) + sum(
@@ -254,7 +258,7 @@ def main() -> int:
     try:
         report = run(request)
     except EntryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as exc:  # the user's code failed: show them their frames
         print(user_traceback(exc, tree), file=sys.stderr)

@@ -1,0 +1,120 @@
+"""`npu-migrate verify` end to end on small real models: correct migrations pass, wrong ones
+fail and name the module (or the training step) where they go wrong, and broken entries or
+sides give clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+pytest.importorskip("torch")
+
+CASES = FIXTURES / "verify"
+
+
+def verify(tmp_path: Path, *args: str | Path) -> tuple[int, dict, str]:
+    report = tmp_path / "report.json"
+    result = run_cli("verify", *args, "--entry", "entry.py:build", "--json", report, cwd=tmp_path)
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return result.returncode, data, result.stdout + result.stderr
+
+
+def pair(model: str, migrated: str) -> list[str | Path]:
+    return ["--original", CASES / model / "original", "--migrated", CASES / model / migrated]
+
+
+@pytest.mark.parametrize("model", ["gpt", "cnn", "llama"])
+def test_a_correct_migration_passes(model: str, tmp_path: Path) -> None:
+    code, data, output = verify(tmp_path, *pair(model, "migrated"))
+    assert code == 0, output
+    assert data["passed"] and data["first_divergence"] is None
+    assert data["migrated"]["emulated"] is True and "NPU emulation" in output
+    assert len(data["rows"]) > 5 and all(r["passed"] for r in data["rows"])
+    assert all(r["cosine"] > 0.9999 for r in data["rows"])
+
+
+@pytest.mark.parametrize(
+    ("model", "wrong", "module"),
+    [
+        ("gpt", "migrated_wrong_scale", "blocks.0.attn"),
+        ("llama", "migrated_inverted_mask", "layers.0.self_attn"),
+    ],
+)
+def test_a_wrong_migration_fails_at_the_right_module(
+    model: str, wrong: str, module: str, tmp_path: Path
+) -> None:
+    code, data, output = verify(tmp_path, *pair(model, wrong))
+    assert code == 1
+    assert data["first_divergence"] == module
+    assert f"module outputs diverge first at {module}" in output
+    earlier = [r for r in data["rows"] if r["module"] != module][: data["rows"].index(
+        next(r for r in data["rows"] if r["module"] == module)
+    )]  # fmt: skip
+    assert earlier and all(r["passed"] for r in earlier), "modules before the bug agree"
+
+
+def test_training_mode_catches_a_wrong_optimizer_setting(tmp_path: Path) -> None:
+    code, data, output = verify(tmp_path, *pair("gpt", "migrated_wrong_lr"), "--steps", "3")
+    assert code == 1
+    assert all(r["passed"] for r in data["rows"]), "the forward pass is the same"
+    first, second = data["steps"][0], data["steps"][1]
+    assert first["passed"] and not second["passed"]
+    assert "training diverges at step 2" in output
+    same = verify(tmp_path, *pair("gpt", "migrated"), "--steps", "3")
+    assert same[0] == 0 and all(s["passed"] for s in same[1]["steps"])
+    assert same[1]["memory"]["optimizer_original"] > 0
+
+
+def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
+    code, data, output = verify(tmp_path, CASES / "gpt" / "original", "--unsafe", "--steps", "2")
+    assert code == 0, output
+    assert data["passed"] and len(data["steps"]) == 2
+
+
+def test_mismatched_weights_are_reported_plainly(tmp_path: Path) -> None:
+    migrated = tmp_path / "renamed"
+    shutil.copytree(CASES / "cnn" / "migrated", migrated)
+    model = migrated / "model.py"
+    text = model.read_text()
+    renamed = text.replace("self.head", "self.classifier")
+    assert renamed != text, "the CNN fixture names its last layer head"
+    model.write_text(renamed)
+    code, data, _ = verify(tmp_path, "--original", CASES / "cnn" / "original", "--migrated", migrated)
+    assert code == 1
+    assert any("missing on the migrated side: head.weight" in p for p in data["problems"])
+    assert any("only on the migrated side: classifier.weight" in p for p in data["problems"])
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("raises", 'raise RuntimeError("boom in user code")\nRuntimeError: boom in user code'),
+        ("not_a_model", "the entry's model is a int, not a torch.nn.Module"),
+        ("no_function", "entry.py has no function build()"),
+        ("syntax", "SyntaxError: invalid syntax"),
+    ],
+)
+def test_broken_entries_give_clear_errors(case: str, message: str, tmp_path: Path) -> None:
+    tree = CASES / "broken" / case
+    code, _, output = verify(tmp_path, "--original", tree, "--migrated", tree)
+    assert code == 2
+    assert "error: the original side failed:" in output and message in output
+    assert "npu_migrate" not in output.split("failed:", 1)[1], "only the user's frames"
+
+
+def test_usage_errors_are_one_line(tmp_path: Path) -> None:
+    missing = run_cli("verify", "--original", "a", "--migrated", "b", "--entry", "e.py:f", cwd=tmp_path)
+    assert missing.returncode == 2 and "no such folder: a" in missing.stderr
+    no_entry = run_cli("verify", CASES / "cnn" / "original", cwd=tmp_path)
+    assert no_entry.returncode == 2 and no_entry.stderr.strip() == "error: --entry FILE:FUNC is required"
+    wrong_file = verify(
+        tmp_path, "--original", CASES / "cnn" / "original", "--migrated", CASES / "cnn" / "migrated"
+    )
+    assert wrong_file[0] == 0
+    bad = run_cli("verify", *pair("cnn", "migrated"), "--entry", "nope.py:build", cwd=tmp_path)
+    assert bad.returncode == 2 and "no entry file nope.py" in bad.stderr
