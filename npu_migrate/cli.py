@@ -245,6 +245,12 @@ def verify(
         float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
+    onnx: Annotated[
+        bool, typer.Option("--onnx", help="Also export the original to ONNX, check and run it.")
+    ] = False,
+    html_path: Annotated[
+        Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")
+    ] = None,
     rules: RulesOption = None,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
@@ -269,6 +275,7 @@ def verify(
             device_original=device_original,
             device_migrated=device_migrated,
             emulate=emulate,
+            onnx=onnx,
             limits=Thresholds(max_memory_ratio=max_memory_ratio),
         )
         with err.status("verifying") as status:
@@ -280,6 +287,10 @@ def verify(
     verify_report.print_result(out, result)
     if json_path is not None:
         verify_report.write_json(json_path, result)
+    if html_path is not None:
+        from npu_migrate.verify.html import write_html
+
+        write_html(html_path, result)
     raise typer.Exit(0 if result.comparison.passed else 1)
 
 

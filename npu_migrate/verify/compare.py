@@ -105,6 +105,8 @@ class Comparison:
     only_migrated: list[str]
     first_divergence: str | None
     output_rows: list[Row]
+    onnx_rows: list[Row] = field(default_factory=list)  # the ONNX model's outputs against the original's
+    onnx: dict[str, Any] | None = None  # opset, operator counts, or the export error
     steps: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
     passed: bool = True
@@ -127,12 +129,20 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         for (path, a), (_, b) in zip(original["output"], migrated["output"], strict=False)
     ]
     first = next((r.module for r in rows if not r.passed), None)
+    onnx = original.get("onnx")
     comparison = Comparison(
         rows=rows,
         only_original=sorted({m for k, m, _ in original["rows"] if k not in theirs}),
         only_migrated=sorted({m for k, (m, _) in theirs.items() if k not in ours}),
         first_divergence=first,
         output_rows=output_rows,
+        onnx_rows=[
+            compare_tensors(f"onnx{path}", "(onnx)", a, b.to(a.dtype), limits)
+            for (path, a), b in zip(original["output"], onnx["outputs"], strict=False)
+        ]
+        if onnx and "outputs" in onnx
+        else [],
+        onnx={k: v for k, v in onnx.items() if k != "outputs"} if onnx else None,
     )
     comparison.steps = _compare_steps(original["steps"], migrated["steps"], limits)
     comparison.memory = _memory(original, migrated)
@@ -141,6 +151,8 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         problems.append(f"module outputs diverge first at {first}")
     if any(not r.passed for r in output_rows):
         problems.append("the model outputs differ")
+    if any(not r.passed for r in comparison.onnx_rows):
+        problems.append("the ONNX export computes different outputs")
     bad_steps = [s["step"] for s in comparison.steps if not s["passed"]]
     if bad_steps:
         problems.append(f"training diverges at step {bad_steps[0]}")

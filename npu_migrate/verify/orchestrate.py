@@ -33,6 +33,7 @@ class Options:
     device_original: str | None = None
     device_migrated: str = "npu"
     emulate: bool | None = None  # None: emulate when no real torch_npu imports
+    onnx: bool = False
     limits: Thresholds = field(default_factory=Thresholds)
 
 
@@ -52,6 +53,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         "entry": options.entry,
         "device": device,
         "steps": options.steps,
+        "onnx": options.onnx,
         "state": str(work / "original-state.pt"),
         "out": str(work / f"{role}.pt"),
     }

@@ -74,6 +74,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             ]
             steps.add_row(str(step["step"]), *(f"{f:.6g}" for f in figures), verdict)
         console.print(steps)
+    if comparison.onnx is not None:
+        _print_onnx(console, comparison)
     memory = comparison.memory
     figures = Table(title="memory and time", title_justify="left")
     for column in ("", "original", "migrated", "ratio"):
@@ -94,6 +96,20 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         _ratio(migrated_ms / original_ms if original_ms else None),
     )
     console.print(figures)
+
+
+def _print_onnx(console: Console, comparison: Any) -> None:
+    onnx = comparison.onnx
+    if "error" in onnx:
+        console.print(f"ONNX export failed: {onnx['error']}")
+        return
+    operators = ", ".join(f"{name} x{count}" for name, count in onnx["operators"].items())
+    console.print(f"ONNX: opset {onnx['opset']}, {sum(onnx['operators'].values())} nodes: {operators}")
+    for row in comparison.onnx_rows:
+        verdict = "[green]ok[/]" if row.passed else "[red]fail[/]"
+        console.print(
+            f"  {row.key} vs original: cosine {row.cosine:.6f}, max abs {_number(row.max_abs)} {verdict}"
+        )
 
 
 def write_json(path: Path, result: Result) -> None:

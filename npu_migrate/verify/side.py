@@ -206,6 +206,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     report["parameter_bytes"] = sum(nbytes(p) for p in model.parameters()) + sum(
         nbytes(b) for b in model.buffers()
     )
+    if request.get("onnx") and request["role"] == "original":
+        from npu_migrate.verify.onnx_check import onnx_report
+
+        report["onnx"] = onnx_report(model, inputs)
     report["steps"] = _train(model, inputs, parts, request["steps"], report) if request["steps"] else []
     return report
 

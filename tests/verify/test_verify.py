@@ -118,3 +118,24 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert wrong_file[0] == 0
     bad = run_cli("verify", *pair("cnn", "migrated"), "--entry", "nope.py:build", cwd=tmp_path)
     assert bad.returncode == 2 and "no entry file nope.py" in bad.stderr
+
+
+def test_onnx_export_is_checked_run_and_compared(tmp_path: Path) -> None:
+    code, data, output = verify(tmp_path, *pair("cnn", "migrated"), "--onnx")
+    assert code == 0, output
+    assert data["onnx"]["opset"] >= 17
+    assert data["onnx"]["operators"]["Conv"] == 2 and "Gemm" in data["onnx"]["operators"]
+    [row] = data["onnx_rows"]
+    assert row["passed"] and row["cosine"] > 0.9999
+    assert "ONNX: opset" in output
+
+
+def test_the_html_report_is_self_contained(tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    code, _, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), "--steps", "2", "--html", page)
+    assert code == 1
+    text = page.read_text()
+    assert 'npu-migrate verify: <span class="fail">FAIL</span>' in text
+    assert text.count("data:image/png;base64,") == 3, "depth, loss and memory plots"
+    assert "module outputs diverge first at blocks.0.attn" in text
+    assert "http" not in text.replace("https://", "").split("<body>")[0], "no external resources"
