@@ -244,6 +244,15 @@ def verify(
     max_memory_ratio: Annotated[
         float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
     ] = None,
+    cosine_warn: Annotated[
+        float, typer.Option(help="A row fails below this cosine if max abs > --abs-warn.")
+    ] = 0.99,
+    abs_warn: Annotated[float, typer.Option(help="See --cosine-warn.")] = 0.001,
+    cosine_fail: Annotated[
+        float, typer.Option(help="A row fails below this cosine whatever its errors.")
+    ] = 0.9,
+    abs_fail: Annotated[float, typer.Option(help="A row fails above this max abs error.")] = 1.0,
+    loss_rtol: Annotated[float, typer.Option(help="Relative tolerance of a training step's loss.")] = 1e-4,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
     onnx: Annotated[
         bool, typer.Option("--onnx", help="Also export the original to ONNX, check and run it.")
@@ -276,7 +285,14 @@ def verify(
             device_migrated=device_migrated,
             emulate=emulate,
             onnx=onnx,
-            limits=Thresholds(max_memory_ratio=max_memory_ratio),
+            limits=Thresholds(
+                cosine_warn=cosine_warn,
+                abs_warn=abs_warn,
+                cosine_fail=cosine_fail,
+                abs_fail=abs_fail,
+                loss_rtol=loss_rtol,
+                max_memory_ratio=max_memory_ratio,
+            ),
         )
         with err.status("verifying") as status:
             try:

@@ -72,7 +72,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
                 step[k]
                 for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
             ]
-            steps.add_row(str(step["step"]), *(f"{f:.6g}" for f in figures), verdict)
+            time = f"{step['ms_original']:.1f} / {step['ms_migrated']:.1f}"
+            steps.add_row(str(step["step"]), *(f"{f:.6g}" for f in figures), time, verdict)
         console.print(steps)
     if comparison.onnx is not None:
         _print_onnx(console, comparison)
@@ -88,6 +89,9 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     )
     figures.add_row("optimizer state", _mib(memory["optimizer_original"]), _mib(memory["optimizer_migrated"]),
                     _ratio(memory["optimizer_ratio"]))  # fmt: skip
+    largest = sorted(memory["activations"].items(), key=lambda item: -max(item[1]))[:5]
+    for module, (a, b) in largest:
+        figures.add_row(f"activations {module}", _mib(a), _mib(b), _ratio(b / a if a else None))
     original_ms, migrated_ms = memory["forward_ms"]
     figures.add_row(
         "forward",

@@ -139,3 +139,11 @@ def test_the_html_report_is_self_contained(tmp_path: Path) -> None:
     assert text.count("data:image/png;base64,") == 3, "depth, loss and memory plots"
     assert "module outputs diverge first at blocks.0.attn" in text
     assert "http" not in text.replace("https://", "").split("<body>")[0], "no external resources"
+
+
+def test_thresholds_are_configurable(tmp_path: Path) -> None:
+    loose = ["--cosine-warn", "0", "--cosine-fail", "0", "--abs-fail", "100"]
+    code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), *loose)
+    assert code == 0 and data["passed"]
+    strict = verify(tmp_path, *pair("gpt", "migrated"), "--max-memory-ratio", "0.5")
+    assert strict[0] == 1 and any("peak memory ratio" in p for p in strict[1]["problems"])
