@@ -61,9 +61,10 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             "loss migrated",
             "grad norm original",
             "grad norm migrated",
-            "verdict",
+            "ms original / migrated",
         ):
             steps.add_column(column, justify="right")
+        steps.add_column("verdict", overflow="fold")
         for step in comparison.steps:
             verdict = (
                 "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(step['failed_grads'][:3])}"
