@@ -147,3 +147,38 @@ def test_thresholds_are_configurable(tmp_path: Path) -> None:
     assert code == 0 and data["passed"]
     strict = verify(tmp_path, *pair("gpt", "migrated"), "--max-memory-ratio", "0.5")
     assert strict[0] == 1 and any("peak memory ratio" in p for p in strict[1]["problems"])
+
+
+def write_tree(root: Path, model_code: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "entry.py").write_text(
+        "import torch\n\n"
+        f"{model_code}\n\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Model(), (torch.randn(2, 4),)\n"
+    )
+    return root
+
+
+def test_non_tensor_outputs_and_a_crashing_side_are_clear(tmp_path: Path) -> None:
+    words = write_tree(
+        tmp_path / "words",
+        "class Model(torch.nn.Module):\n    def forward(self, x):\n        return 'four numbers'\n",
+    )
+    code, _, output = verify(tmp_path, "--original", words, "--migrated", words)
+    assert code == 2 and "the model's output holds no tensor (it returned a str)" in output
+    good = write_tree(
+        tmp_path / "good",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.lin(x)\n",
+    )
+    crashing = write_tree(
+        tmp_path / "crashing",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+        "        return self.lin(x.npu()) @ torch.ones(3, 3, device='npu')\n",
+    )
+    code, _, output = verify(tmp_path, "--original", good, "--migrated", crashing)
+    assert code == 2 and "error: the migrated side failed:" in output
+    assert "in forward" in output and "RuntimeError" in output and "npu_migrate" not in output
