@@ -535,7 +535,34 @@ class NpuFusedAdadelta(NpuFusedOptimizerBase):
         acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
 
 
-class NpuFusedRMSprop(NpuFusedOptimizerBase):
+def _check_rmsprop(lr: float, eps: float, momentum: float, weight_decay: float, alpha: float) -> None:
+    """The argument checks both RMSprop variants make, in the real order."""
+    _reject(lr < 0.0, f"Invalid learning rate: {lr}")
+    _reject(eps < 0.0, f"Invalid epsilon value: {eps}")
+    _reject(momentum < 0.0, f"Invalid momentum value: {momentum}")
+    _reject(weight_decay < 0.0, f"Invalid weight_decay value: {weight_decay}")
+    _reject(alpha < 0.0, f"Invalid alpha value: {alpha}")
+
+
+class _RMSpropState(NpuFusedOptimizerBase):
+    """State shared by both RMSprop variants: square_avg, plus a momentum buffer and a gradient
+    average when momentum and centering are on."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("momentum", 0)
+            group.setdefault("centered", False)
+
+    def _state_keys(self, group: dict[str, Any]) -> list[str]:
+        return (
+            ["square_avg"]
+            + (["momentum_buffer"] if group["momentum"] > 0 else [])
+            + (["grad_avg"] if group["centered"] else [])
+        )
+
+
+class NpuFusedRMSprop(_RMSpropState):
     """Emulates `torch_npu.optim.NpuFusedRMSprop`: torch's RMSprop (eps added after the square root,
     L2 weight decay, optional momentum and centering)."""
 
@@ -551,28 +578,11 @@ class NpuFusedRMSprop(NpuFusedOptimizerBase):
         momentum: float = 0,
         centered: bool = False,
     ) -> None:
-        _reject(lr < 0.0, f"Invalid learning rate: {lr}")
-        _reject(eps < 0.0, f"Invalid epsilon value: {eps}")
-        _reject(momentum < 0.0, f"Invalid momentum value: {momentum}")
-        _reject(weight_decay < 0.0, f"Invalid weight_decay value: {weight_decay}")
-        _reject(alpha < 0.0, f"Invalid alpha value: {alpha}")
+        _check_rmsprop(lr, eps, momentum, weight_decay, alpha)
         defaults = dict(
             lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered, weight_decay=weight_decay
         )
         super().__init__(params, defaults)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("momentum", 0)
-            group.setdefault("centered", False)
-
-    def _state_keys(self, group: dict[str, Any]) -> list[str]:
-        return (
-            ["square_avg"]
-            + (["momentum_buffer"] if group["momentum"] > 0 else [])
-            + (["grad_avg"] if group["centered"] else [])
-        )
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
         param, grad, state = bucket.param, bucket.grad, bucket.state
@@ -592,7 +602,7 @@ class NpuFusedRMSprop(NpuFusedOptimizerBase):
             param.addcdiv_(grad, avg, value=-group["lr"])
 
 
-class NpuFusedRMSpropTF(NpuFusedOptimizerBase):
+class NpuFusedRMSpropTF(_RMSpropState):
     """Emulates `torch_npu.optim.NpuFusedRMSpropTF`, TensorFlow's RMSprop (as timm's RMSpropTF):
     square_avg starts at ones and is updated as `sq += (1 - alpha) * (g*g - sq)`, eps goes inside the
     square root, `lr_in_momentum` (default) accumulates lr in the momentum buffer. With
@@ -613,11 +623,7 @@ class NpuFusedRMSpropTF(NpuFusedOptimizerBase):
         decoupled_decay: bool = False,
         lr_in_momentum: bool = True,
     ) -> None:
-        _reject(lr < 0.0, f"Invalid learning rate: {lr}")
-        _reject(eps < 0.0, f"Invalid epsilon value: {eps}")
-        _reject(momentum < 0.0, f"Invalid momentum value: {momentum}")
-        _reject(weight_decay < 0.0, f"Invalid weight_decay value: {weight_decay}")
-        _reject(alpha < 0.0, f"Invalid alpha value: {alpha}")
+        _check_rmsprop(lr, eps, momentum, weight_decay, alpha)
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -629,19 +635,6 @@ class NpuFusedRMSpropTF(NpuFusedOptimizerBase):
             lr_in_momentum=lr_in_momentum,
         )
         super().__init__(params, defaults)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("momentum", 0)
-            group.setdefault("centered", False)
-
-    def _state_keys(self, group: dict[str, Any]) -> list[str]:
-        return (
-            ["square_avg"]
-            + (["momentum_buffer"] if group["momentum"] > 0 else [])
-            + (["grad_avg"] if group["centered"] else [])
-        )
 
     def _init_param_state(self, p: Tensor, group: dict[str, Any]) -> None:
         if not self.state[p]:
