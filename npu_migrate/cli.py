@@ -253,6 +253,13 @@ def verify(
     ] = 0.9,
     abs_fail: Annotated[float, typer.Option(help="A row fails above this max abs error.")] = 1.0,
     loss_rtol: Annotated[float, typer.Option(help="Relative tolerance of a training step's loss.")] = 1e-4,
+    rtol: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="DTYPE=VALUE, a dtype's relative tolerance (repeatable) "
+            "[float16=2^-10, bfloat16=2^-8, float32=2^-20]."
+        ),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
     onnx: Annotated[
         bool, typer.Option("--onnx", help="Also export the original to ONNX, check and run it.")
@@ -292,6 +299,7 @@ def verify(
                 abs_fail=abs_fail,
                 loss_rtol=loss_rtol,
                 max_memory_ratio=max_memory_ratio,
+                dtype_rtol=_dtype_tolerances(rtol or []),
             ),
         )
         with err.status("verifying") as status:
@@ -308,6 +316,19 @@ def verify(
 
         write_html(html_path, result)
     raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _dtype_tolerances(given: list[str]) -> dict[str, float]:
+    from npu_migrate.verify.compare import DTYPE_RTOL
+
+    tolerances = dict(DTYPE_RTOL)
+    for item in given:
+        dtype, _, value = item.partition("=")
+        try:
+            tolerances[dtype.strip().removeprefix("torch.")] = float(value)
+        except ValueError:
+            fail(f"--rtol takes DTYPE=VALUE (e.g. bfloat16=0.004), got {item!r}")
+    return tolerances
 
 
 def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> Path:

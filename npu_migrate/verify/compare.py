@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-# Relative tolerance by dtype (msprobe); values smaller than the small-value bound are judged by
-# absolute error instead.
-DTYPE_RTOL = {torch.float16: 2**-10, torch.bfloat16: 2**-8, torch.float32: 2**-20}
+# Relative tolerance by dtype (msprobe's defaults); values smaller than the small-value bound are
+# judged by absolute error instead.
+DTYPE_RTOL = {"float16": 2**-10, "bfloat16": 2**-8, "float32": 2**-20}
 SMALL_VALUE = {torch.float16: 2**-10, torch.bfloat16: 2**-10, torch.float32: 2**-20}
 
 
@@ -26,6 +26,7 @@ class Thresholds:
     abs_fail: float = 1.0
     loss_rtol: float = 1e-4
     max_memory_ratio: float | None = None
+    dtype_rtol: dict[str, float] = field(default_factory=lambda: dict(DTYPE_RTOL))
 
 
 @dataclass
@@ -70,7 +71,7 @@ def compare_tensors(key: str, module: str, a: torch.Tensor, b: torch.Tensor, lim
     cosine = 1.0 if x.norm() == 0 and y.norm() == 0 else float((x @ y) / norms) if norms > 0 else 0.0
     small = SMALL_VALUE.get(dtype, 2**-20)
     relative = torch.where(x.abs() >= small, diff / x.abs().clamp_min(small), diff)
-    rtol = DTYPE_RTOL.get(dtype, 2**-20)
+    rtol = limits.dtype_rtol.get(str(dtype).removeprefix("torch."), 2**-20)
     count = max(x.numel(), 1)
     max_abs = float(diff.max()) if x.numel() else 0.0
     row = Row(

@@ -182,3 +182,14 @@ def test_non_tensor_outputs_and_a_crashing_side_are_clear(tmp_path: Path) -> Non
     code, _, output = verify(tmp_path, "--original", good, "--migrated", crashing)
     assert code == 2 and "error: the migrated side failed:" in output
     assert "in forward" in output and "RuntimeError" in output and "npu_migrate" not in output
+
+
+def test_dtype_tolerances_are_configurable(tmp_path: Path) -> None:
+    _, default, _ = verify(tmp_path, *pair("cnn", "migrated"))
+    _, loose, _ = verify(tmp_path, *pair("cnn", "migrated"), "--rtol", "float32=0.5")
+    assert loose["rows"][0]["within_dtype_tol"] >= default["rows"][0]["within_dtype_tol"]
+    assert all(r["within_dtype_tol"] == 1.0 for r in loose["rows"])
+    bad = run_cli(
+        "verify", *pair("cnn", "migrated"), "--entry", "entry.py:build", "--rtol", "half", cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "--rtol takes DTYPE=VALUE" in bad.stderr
