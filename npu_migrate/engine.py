@@ -4,11 +4,10 @@ add imports. Pure: bytes in, findings and new bytes out; no file system access."
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from npu_migrate.import_plan import plan_imports
 from npu_migrate.imports import add_imports, drop_unused_imports
@@ -45,33 +44,35 @@ def migrate_source(
     if not rewriter.matches:
         return SourceResult()
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    findings = sorted(
-        (m.at(positions) for m in rewriter.matches), key=lambda f: (f.line, f.column, f.rule.code)
+    matches = rewriter.matches
+    result = SourceResult()
+    if any(m.applied for m in matches):
+        rewritten, dropped = drop_unused_imports(rewritten, rewriter.droppable_imports)
+        rewritten, result.added_imports = add_imports(rewritten, rewriter.needed_imports, table)
+        result.removed_imports = [
+            (positions[s].start.line, name)
+            for s in table.imports
+            for name in _bound_names(s)
+            if name in dropped
+        ]
+        gone = {s for s in table.imports if _bound_names(s) and set(_bound_names(s)) <= set(dropped)}
+        matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
+        new_source = rewritten.bytes
+        result.new_source = new_source if new_source != source else None
+    result.findings = sorted(
+        (m.at(positions) for m in matches), key=lambda f: (f.line, f.column, f.rule.code)
     )
-    if not any(f.applied for f in findings):
-        return SourceResult(findings=findings)
-    rewritten, dropped = drop_unused_imports(rewritten, rewriter.droppable_imports)
-    rewritten, added = add_imports(rewritten, rewriter.needed_imports, table)
-    new_source = rewritten.bytes
-    return SourceResult(
-        findings=findings,
-        added_imports=added,
-        removed_imports=[(_import_line(table, name, positions), name) for name in dropped],
-        new_source=new_source if new_source != source else None,
-    )
+    return result
 
 
-def _import_line(table: ImportTable, name: str, positions: Mapping[cst.CSTNode, CodeRange]) -> int:
-    """The line of the original import statement that imported `name` (a module or a name)."""
-    for statement in table.imports:
-        if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
-            base = module_name(statement.module)
-            names = [f"{base}.{alias.evaluated_name}" for alias in statement.names]
-        else:
-            names = [module_name(alias.name) for alias in statement.names]  # type: ignore[union-attr]
-        if name in names:
-            return positions[statement].start.line
-    return 0
+def _bound_names(statement: cst.Import | cst.ImportFrom) -> list[str]:
+    """What an import statement imports: `a.b` for `import a.b`, `m.x` for `from m import x`."""
+    if isinstance(statement, cst.ImportFrom):
+        if statement.relative or isinstance(statement.names, cst.ImportStar):
+            return []
+        base = module_name(statement.module)
+        return [f"{base}.{alias.evaluated_name}" for alias in statement.names]
+    return [module_name(alias.name) for alias in statement.names]
 
 
 def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:

@@ -307,3 +307,15 @@ def test_the_llama_rms_norm_forward_matches(dtype) -> None:
 
     weight = original_norm.weight.detach()
     compare(through(original_norm), through(fused_norm), [randn(2, 7, 64), weight], dtype)
+
+
+def test_a_dropped_import_is_a_delete_not_a_finding() -> None:
+    code = (
+        "import torch\nfrom flash_attn import flash_attn_func\nout = flash_attn_func(q, k, v, causal=True)\n"
+    )
+    catalog = RuleIndex(load_rules())
+    reported = migrate_source(code.encode(), catalog, frozenset({Applicability.safe}))
+    assert [f.rule.code for f in reported.findings] == ["NPU806", "NPU920"]
+    applied = migrate_source(code.encode(), catalog, UNSAFE)
+    assert [f.rule.code for f in applied.findings] == ["NPU920"], "the flash_attn import is gone, not left"
+    assert applied.removed_imports == [(2, "flash_attn.flash_attn_func")]
