@@ -9,7 +9,7 @@ import libcst as cst
 
 from npu_migrate.import_plan import ImportPlan, import_path
 from npu_migrate.names import ImportTable
-from npu_migrate.ruleset import KeywordEdit, Substitute
+from npu_migrate.ruleset import KeywordEdit, Rule, Substitute
 
 
 def chain_source(
@@ -95,3 +95,9 @@ def _fix_commas(args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Ar
             arg = arg.with_changes(comma=trailing)
         fixed.append(arg)
     return fixed
+
+
+def renamed_attribute(rule: Rule, node: cst.Attribute) -> cst.Attribute | None:
+    """`x.cuda` -> `x.npu` by the rule's rename map, or None when the rule has no such fix."""
+    new = rule.fix.rename.get(node.attr.value) if rule.fix and rule.fix.rename else None
+    return node.with_changes(attr=cst.Name(new)) if new else None
