@@ -4,6 +4,7 @@ resolution), and fix templates filled with what the metavariables matched."""
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections.abc import Callable
@@ -38,8 +39,10 @@ Qualify = Callable[[list[str]], "str | None"]
 Spell = Callable[[str], "tuple[str, str | None]"]
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_code(code: str) -> cst.CSTNode:
-    """An expression, else one simple statement, else one compound statement (a whole `def`)."""
+    """An expression, else one simple statement, else one compound statement (a whole `def`).
+    Cached: CST nodes are immutable, and templates and patterns repeat."""
     try:
         return cst.parse_expression(code)
     except cst.ParserSyntaxError:
@@ -57,8 +60,26 @@ class Pattern:
     tree: cst.CSTNode
 
     @classmethod
+    @functools.cache
     def compile(cls, source: str) -> Pattern:
         return cls(source, parse_code(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), source)))
+
+    @functools.cached_property
+    def _anchor(self) -> Callable[[cst.CSTNode], bool]:
+        """A cheap first test that most nodes of the root type fail: the callee's last name for
+        a call, the operator for a binary operation, the name of a def."""
+        tree = self.tree
+        if isinstance(tree, cst.Call):
+            parts = dotted_parts(tree.func)
+            if parts and not parts[-1].startswith(_PREFIX):
+                last = parts[-1]
+                return lambda node: _last_name(node.func) == last  # type: ignore[attr-defined]
+        if isinstance(tree, cst.BinaryOperation):
+            operator = type(tree.operator)
+            return lambda node: type(node.operator) is operator  # type: ignore[attr-defined]
+        if isinstance(tree, cst.FunctionDef):
+            return lambda node: node.name.value == tree.name.value  # type: ignore[attr-defined]
+        return lambda node: True
 
     @property
     def root_type(self) -> type[cst.CSTNode]:
@@ -83,8 +104,16 @@ class Pattern:
         self, node: cst.CSTNode, qualify: Qualify, bound: dict[str, cst.CSTNode] | None = None
     ) -> dict[str, cst.CSTNode] | None:
         """The metavariable bindings if `node` matches (consistent with `bound`), else None."""
+        if not self._anchor(node):
+            return None
         bindings = dict(bound or {})
         return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def _last_name(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None
 
 
 def _metavar(node: cst.CSTNode) -> str | None:
