@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -97,8 +97,9 @@ class Pattern:
 
     @property
     def words(self) -> set[str]:
-        """Identifiers the pattern needs, for the text prefilter."""
-        return set(re.findall(r"[A-Za-z_]\w+", METAVARIABLE.sub(" ", self.source)))
+        """What a file must contain for the pattern to match, in the prefilter's tokens: names
+        reached as attributes as `.name`, other names as words (metavariables aside)."""
+        return set(_tokens(self.tree))
 
     def match(
         self, node: cst.CSTNode, qualify: Qualify, bound: dict[str, cst.CSTNode] | None = None
@@ -108,6 +109,19 @@ class Pattern:
             return None
         bindings = dict(bound or {})
         return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def _tokens(node: cst.CSTNode) -> Iterator[str]:
+    if isinstance(node, cst.Attribute):
+        if _metavar(node.attr) is None:
+            yield "." + node.attr.value
+        yield from _tokens(node.value)
+    elif isinstance(node, cst.Name):
+        if _metavar(node) is None:
+            yield node.value
+    else:
+        for child in node.children:
+            yield from _tokens(child)
 
 
 def _last_name(node: cst.BaseExpression) -> str | None:
