@@ -101,3 +101,18 @@ def test_the_stand_in_is_never_found_unless_asked_for() -> None:
 def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
     result = run_cli("run", "nope.py", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip() == "error: no such script: nope.py"
+
+
+def test_the_hccl_backend_runs_on_gloo(tmp_path: Path) -> None:
+    script = write(
+        tmp_path,
+        "dist.py",
+        "import socket, torch, torch_npu\nimport torch.distributed as dist\n"
+        "with socket.socket() as s:\n    s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
+        "dist.init_process_group('hccl', init_method=f'tcp://127.0.0.1:{port}', rank=0, world_size=1)\n"
+        "t = torch.full((3,), 2.0, device='npu')\ndist.all_reduce(t)\n"
+        "print(dist.get_backend(), dist.is_hccl_available(), t.tolist())\ndist.destroy_process_group()\n",
+    )
+    result = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hccl True [2.0, 2.0, 2.0]"
