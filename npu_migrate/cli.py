@@ -51,7 +51,7 @@ RulesOption = Annotated[
 PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
 MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
 Jobs = Annotated[
-    int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes [default: one per CPU].")
+    int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: one per CPU).")
 ]
 
 
@@ -209,7 +209,7 @@ def run(
         bool | None,
         typer.Option(
             "--emulate/--no-emulate",
-            help="Force the NPU emulation on or off [default: emulate when no real torch_npu imports].",
+            help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
         ),
     ] = None,
 ) -> None:
@@ -235,11 +235,16 @@ def verify(
     migrated: Annotated[Path | None, typer.Option(help="The migrated project.")] = None,
     unsafe: Annotated[bool, typer.Option(help="With TREE: apply the unsafe (fused) fixes too.")] = False,
     steps: Annotated[int, typer.Option(min=0, help="Training steps to compare (needs a loss_fn).")] = 0,
-    device_original: Annotated[str | None, typer.Option(help="[default: cuda if present, else cpu]")] = None,
+    device_original: Annotated[
+        str | None, typer.Option(help="The original side's device (default: cuda if present, else cpu).")
+    ] = None,
     device_migrated: Annotated[str, typer.Option(help="The NPU device the migrated side uses.")] = "npu",
     emulate: Annotated[
         bool | None,
-        typer.Option("--emulate/--no-emulate", help="[default: emulate when no real torch_npu imports]"),
+        typer.Option(
+            "--emulate/--no-emulate",
+            help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
+        ),
     ] = None,
     max_memory_ratio: Annotated[
         float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
@@ -257,7 +262,7 @@ def verify(
         list[str] | None,
         typer.Option(
             help="DTYPE=VALUE, a dtype's relative tolerance (repeatable) "
-            "[float16=2^-10, bfloat16=2^-8, float32=2^-20]."
+            "(defaults: float16=2^-10, bfloat16=2^-8, float32=2^-20)."
         ),
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,

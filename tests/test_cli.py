@@ -224,3 +224,14 @@ def test_a_failed_write_is_one_line_and_touches_no_source(tmp_path: Path) -> Non
     assert (root / "a.py").read_text() == CUDA_FILE
     made = run_cli("apply", root, "--change-list", tmp_path / "reports" / "changes.csv", cwd=tmp_path)
     assert made.returncode == 0 and (tmp_path / "reports" / "changes.json").is_file()
+
+
+def test_help_texts_keep_their_defaults(tmp_path: Path) -> None:
+    """Rich reads [...] as markup: defaults written in brackets would silently vanish."""
+    for command, text in (
+        ("verify", "default: cuda if present"),
+        ("run", "default: emulate when"),
+        ("scan", "one per CPU"),
+    ):
+        page = run_cli(command, "--help", cwd=tmp_path).stdout
+        assert text in " ".join(page.replace("│", " ").split()), command
