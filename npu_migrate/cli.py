@@ -50,6 +50,13 @@ RulesOption = Annotated[
 ]
 PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
 MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
+Emulate = Annotated[
+    bool | None,
+    typer.Option(
+        "--emulate/--no-emulate",
+        help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
+    ),
+]
 Jobs = Annotated[
     int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: one per CPU).")
 ]
@@ -58,6 +65,10 @@ Jobs = Annotated[
 def fail(text: str) -> NoReturn:
     err.print(f"[red]error:[/] {escape(text)}")
     raise typer.Exit(2)
+
+
+def needs_torch(command: str, missing: ImportError) -> NoReturn:
+    fail(f"{command} needs torch ({missing.name} is missing): pip install 'npu-migrate[verify]'")
 
 
 def _rules(extra: list[Path] | None) -> list[Rule]:
@@ -205,13 +216,7 @@ def _write(outcomes: list[FileOutcome], paths: list[Path], out_dir: Path | None)
 def run(
     ctx: typer.Context,
     script: Annotated[Path, typer.Argument(help="The Python script to run; its arguments follow it.")],
-    emulate: Annotated[
-        bool | None,
-        typer.Option(
-            "--emulate/--no-emulate",
-            help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
-        ),
-    ] = None,
+    emulate: Emulate = None,
 ) -> None:
     """Run a migrated script as `python SCRIPT ARGS` would, on the NPU emulation where no NPU exists."""
     if not script.is_file():
@@ -219,7 +224,7 @@ def run(
     try:
         from npu_migrate.emulation.runner import real_torch_npu_imports, run_script
     except ImportError as exc:
-        fail(f"run needs torch ({exc.name} is missing): pip install 'npu-migrate[verify]'")
+        needs_torch("run", exc)
     if emulate is None:
         emulate = not real_torch_npu_imports()
     raise typer.Exit(run_script(script, list(ctx.args), emulate))
@@ -239,13 +244,7 @@ def verify(
         str | None, typer.Option(help="The original side's device (default: cuda if present, else cpu).")
     ] = None,
     device_migrated: Annotated[str, typer.Option(help="The NPU device the migrated side uses.")] = "npu",
-    emulate: Annotated[
-        bool | None,
-        typer.Option(
-            "--emulate/--no-emulate",
-            help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
-        ),
-    ] = None,
+    emulate: Emulate = None,
     max_memory_ratio: Annotated[
         float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
     ] = None,
@@ -284,7 +283,7 @@ def verify(
         from npu_migrate.verify import report as verify_report
         from npu_migrate.verify.compare import Thresholds
     except ImportError as exc:
-        fail(f"verify needs torch ({exc.name} is missing): pip install 'npu-migrate[verify]'")
+        needs_torch("verify", exc)
     with contextlib.ExitStack() as stack:
         if tree is not None:
             original, migrated = tree, _migrated_copy(tree, unsafe, rules, stack)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from npu_migrate.api import FileOutcome
@@ -122,20 +123,16 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         rule = finding.rule
         where = f"{display}:{finding.line}:{finding.column}"
         fix = rule.applicability.value if finding.replacement is not None else "manual"
-        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {_escape(message(finding))}"
+        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {escape(message(finding))}"
         if finding.replacement is not None:
-            line += f" [green]→ {_escape(finding.replacement.splitlines()[0])}[/]"
+            line += f" [green]→ {escape(finding.replacement.splitlines()[0])}[/]"
         console.print(line)
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", "\\[")
 
 
 def print_problems(console: Console, summary: Summary) -> None:
     """Files that could not be parsed, and files skipped on purpose."""
     for display, error in summary.errors:
-        console.print(f"[red]error[/] {display}: {_escape(error)} (file left untouched)")
+        console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
     for display, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {display}: {reason}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 SITE = Path(__file__).parent / "site"
@@ -43,4 +44,9 @@ def use_site() -> None:
     """Make `import torch_npu` find the stand-in in this process and in child processes."""
     if str(SITE) not in sys.path:
         sys.path.insert(0, str(SITE))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = site_pythonpath(os.environ)
+
+
+def site_pythonpath(env: Mapping[str, str]) -> str:
+    """A PYTHONPATH for child processes with the stand-in first."""
+    return os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH")]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,6 +27,18 @@ def flatten(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
             yield from flatten(getattr(value, field.name), f"{path}.{field.name}")
+
+
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`value` with fn applied to each tensor inside its dicts, tuples and lists (in flatten's
+    order), the containers rebuilt."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return type(value)(map_tensors(v, fn) for v in value)
+    return value
 
 
 def nbytes(tensor: torch.Tensor) -> int:

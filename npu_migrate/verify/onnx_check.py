@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.verify.capture import flatten
+from npu_migrate.verify.capture import flatten, map_tensors
 
 
 def onnx_report(model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
@@ -22,7 +22,8 @@ def onnx_report(model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
 
     cpu_model = copy.deepcopy(model).to("cpu").eval()
     cpu_inputs = [(p, t.detach().cpu()) for p, t in flatten(inputs)]
-    args, kwargs = (tuple(_cpu(inputs)), None) if not isinstance(inputs, dict) else ((), _cpu(inputs))
+    on_cpu = map_tensors(inputs, lambda tensor: tensor.detach().cpu())
+    args, kwargs = ((), on_cpu) if isinstance(inputs, dict) else (tuple(on_cpu), None)
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings():
@@ -39,13 +40,3 @@ def onnx_report(model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
         "operators": dict(sorted(Counter(node.op_type for node in graph.graph.node).items())),
         "outputs": [torch.from_numpy(o.copy()) for o in outputs],
     }
-
-
-def _cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return type(value)(_cpu(v) for v in value)
-    return value

@@ -61,9 +61,9 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
     path.write_text(json.dumps(request))
     env = dict(os.environ)
     if role == "migrated" and emulate:
-        from npu_migrate.emulation import SITE
+        from npu_migrate.emulation import site_pythonpath
 
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = site_pythonpath(env)
     done = subprocess.run(
         [sys.executable, "-m", "npu_migrate.verify.side", str(path)],
         cwd=tree,

@@ -76,34 +76,16 @@ def user_traceback(exc: BaseException, tree: Path) -> str:
 
 def _tensors_like(value: Any, originals: Any) -> Any:
     """`value` with its tensors replaced, in order, by the original side's (on value's device)."""
-    import torch
-
-    from npu_migrate.verify.capture import flatten
+    from npu_migrate.verify.capture import flatten, map_tensors
 
     replacements = iter(t for _, t in flatten(originals))
-
-    def swap(item: Any) -> Any:
-        if isinstance(item, torch.Tensor):
-            return next(replacements).to(item.device)
-        if isinstance(item, dict):
-            return {k: swap(v) for k, v in item.items()}
-        if isinstance(item, tuple | list):
-            return type(item)(swap(v) for v in item)
-        return item
-
-    return swap(value)
+    return map_tensors(value, lambda tensor: next(replacements).to(tensor.device))
 
 
 def _to(value: Any, device: Any) -> Any:
-    import torch
+    from npu_migrate.verify.capture import map_tensors
 
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return type(value)(_to(v, device) for v in value)
-    return value
+    return map_tensors(value, lambda tensor: tensor.to(device))
 
 
 def _no_dropout(model: Any) -> None:
