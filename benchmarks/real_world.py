@@ -19,8 +19,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from npu_migrate.index import RuleIndex
-from npu_migrate.ruleset import load_rules
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.rules.load import load_rules
 
 PACKAGES = ["transformers", "diffusers", "accelerate"]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
-from npu_migrate.engine import migrate_source
-from npu_migrate.index import RuleIndex
-from npu_migrate.ruleset import load_rules
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.rules.load import load_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -70,7 +70,7 @@ class TorchNpuReference:
     def ops(self) -> dict[str, OpSignature]:
         """Every operator documented in _op_plugin_docs.py, by name."""
         text = (self.root / "_op_plugin_docs.py").read_text(encoding="utf-8")
-        found = {}
+        found: dict[str, OpSignature] = {}
         for name, parameters in _SIGNATURE.findall(text):
             names, defaults = _parse_parameters(parameters)
             found.setdefault(name, OpSignature(name, names, defaults))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from npu_migrate.engine import migrate_source
-from npu_migrate.index import RuleIndex
-from npu_migrate.ruleset import Applicability, load_rules
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.rules.base import Applicability
+from npu_migrate.rules.load import load_rules
 
 SAFE = frozenset({Applicability.safe})
 INDEX = RuleIndex(load_rules())
@@ -132,7 +133,7 @@ def test_files_without_any_trigger_are_not_parsed() -> None:
 
 
 def test_the_prefilter_skips_prose_but_not_any_spelling_of_a_name() -> None:
-    from npu_migrate.index import tokens
+    from npu_migrate.prefilter import tokens
 
     assert not INDEX.may_match("import torch\n# load the model, then compile it\nx = load(f)\n")
     assert INDEX.may_match("import torch\nstate = torch.load(path)\n")

@@ -40,7 +40,7 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
         capture_output=True,
     )
     probe = (
-        "from npu_migrate.ruleset import builtin_rules_dir, load_rules\n"
+        "from npu_migrate.rules.load import builtin_rules_dir, load_rules\n"
         "print(builtin_rules_dir()); print(len(load_rules()))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
@@ -49,6 +49,6 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
     )
     where, count = result.stdout.split()
     assert Path(where) == target / "npu_migrate" / "_rules"
-    from npu_migrate.ruleset import load_rules
+    from npu_migrate.rules.load import load_rules
 
     assert int(count) == len(load_rules())

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.engine import migrate_source
-from npu_migrate.index import RuleIndex
-from npu_migrate.names import ImportTable
-from npu_migrate.patterns import Pattern
-from npu_migrate.ruleset import Applicability, Rule
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.names import ImportTable
+from npu_migrate.engine.patterns import Pattern
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.rules.base import Applicability
+from npu_migrate.rules.schema import Rule
 
 SAFE = frozenset({Applicability.safe})
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from npu_migrate.ruleset import load_rules
-from npu_migrate.testing import check_example
+from npu_migrate.rules.load import load_rules
+from npu_migrate.rules.testing import check_example
 
 CASES = [
     pytest.param(rule, example, id=f"{rule.code}-{rule.name}-{number}")

@@ -10,8 +10,9 @@ import jsonschema
 import pytest
 import yaml
 
-from npu_migrate.ruleset import RuleError, builtin_rules_dir, json_schema, load_rule_file, load_rules
-from npu_migrate.testing import check_example
+from npu_migrate.rules.load import RuleError, builtin_rules_dir, load_rule_file, load_rules
+from npu_migrate.rules.schema import json_schema
+from npu_migrate.rules.testing import check_example
 
 from .conftest import ROOT
 
@@ -137,7 +138,7 @@ def test_the_example_checker_catches_a_wrong_example(tmp_path: Path) -> None:
 
 
 def test_rule_docs_are_generated_from_the_rules() -> None:
-    from npu_migrate.docs import catalog
+    from npu_migrate.rules.docs import catalog
 
     committed = (ROOT / "docs" / "rules.md").read_text()
     assert committed == catalog(load_rules()), "run: npu-migrate rules docs > docs/rules.md"

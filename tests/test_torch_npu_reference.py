@@ -11,11 +11,13 @@ import re
 import libcst as cst
 import pytest
 
-from npu_migrate.import_plan import renamed
-from npu_migrate.names import dotted_parts
-from npu_migrate.patterns import parse_code, placeholders
+from npu_migrate.engine.imports import renamed
+from npu_migrate.engine.kinds.call import CallMatch
+from npu_migrate.engine.kinds.name import NameMatch
+from npu_migrate.engine.names import dotted_parts
+from npu_migrate.engine.patterns import parse_code, placeholders
 from npu_migrate.reference import TorchNpuReference, reference
-from npu_migrate.ruleset import CallMatch, NameMatch, load_rules
+from npu_migrate.rules.load import load_rules
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,12 @@ from pathlib import Path
 SITE = Path(__file__).parent / "site"
 BACKING_VARIABLE = "NPU_MIGRATE_BACKING"  # cpu, cuda or cuda:N; default: cuda if present, else cpu
 
+_announced = False
+
 
 def activate(package: str = "torch_npu") -> None:
     """Install the emulation and alias torch_npu's submodules to it (idempotent)."""
+    global _announced
     from npu_migrate.emulation import amp, device, npu_module, optim, profiler
 
     backing = device.install(os.environ.get(BACKING_VARIABLE))
@@ -34,10 +37,10 @@ def activate(package: str = "torch_npu") -> None:
         for name, module in aliases.items():
             if name.count(".") == 1:
                 setattr(top, name.split(".")[1], module)
-        top.__version__ = "2.13.0+emulated"
-    if not getattr(activate, "announced", False):
+        vars(top)["__version__"] = "2.13.0+emulated"
+    if not _announced:
         print(f"npu-migrate: torch_npu is emulated on {backing} (no NPU in use)", file=sys.stderr)
-        activate.announced = True  # type: ignore[attr-defined]
+        _announced = True
 
 
 def use_site() -> None:

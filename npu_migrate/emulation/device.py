@@ -52,6 +52,13 @@ def _load(original: Any) -> Any:
     return load
 
 
+def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
+    """The process group that "hccl" stands for on the CPU."""
+    from torch.distributed.distributed_c10d import ProcessGroupGloo
+
+    return ProcessGroupGloo(store, rank, size, timeout)
+
+
 def _register_hccl() -> None:
     """`init_process_group("hccl")` runs on gloo (or nccl on a CUDA backing)."""
     import torch.distributed as dist
@@ -59,16 +66,11 @@ def _register_hccl() -> None:
     if not dist.is_available() or "hccl" in dist.Backend.backend_list:
         return
     real = "nccl" if state.backing().type == "cuda" else "gloo"
-    creator = dist.Backend._plugins.get(real.upper()) if hasattr(dist.Backend, "_plugins") else None
-    if creator is None:
-
-        def creator(store, rank, size, timeout):
-            from torch.distributed.distributed_c10d import ProcessGroupGloo
-
-            return ProcessGroupGloo(store, rank, size, timeout)
-
-    dist.Backend.register_backend("hccl", creator, devices=["cpu", "npu"])
-    dist.is_hccl_available = lambda: True
+    plugin = dist.Backend._plugins.get(real.upper()) if hasattr(dist.Backend, "_plugins") else None
+    dist.Backend.register_backend(
+        "hccl", plugin.creator_fn if plugin is not None else _gloo, devices=["cpu", "npu"]
+    )
+    vars(dist)["is_hccl_available"] = lambda: True
 
 
 def install(backing: str | None = None) -> torch.device:
@@ -80,13 +82,17 @@ def install(backing: str | None = None) -> torch.device:
     torch.utils.rename_privateuse1_backend("npu")
     torch._register_device_module("npu", npu_module)
     sys.modules.setdefault("torch.npu", npu_module)
-    torch.Tensor.npu = _tensor_npu
-    torch.Tensor.is_npu = property(lambda self: self.device.type == state.backing().type)
-    torch.nn.Module.npu = _module_npu
-    torch.autocast = amp.DeviceAutocast
-    torch.amp.autocast = amp.DeviceAutocast
-    torch.amp.GradScaler = amp.DeviceGradScaler
-    torch.load = _load(torch.load)
+    patches: list[tuple[object, str, object]] = [  # what torch's types do not declare: set by name
+        (torch.Tensor, "npu", _tensor_npu),
+        (torch.Tensor, "is_npu", property(lambda self: self.device.type == state.backing().type)),
+        (torch.nn.Module, "npu", _module_npu),
+        (torch, "autocast", amp.DeviceAutocast),
+        (torch.amp, "autocast", amp.DeviceAutocast),
+        (torch.amp, "GradScaler", amp.DeviceGradScaler),
+        (torch, "load", _load(torch.load)),
+    ]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
     _register_hccl()
     _NpuDevices().__enter__()
     _installed = True

@@ -279,8 +279,10 @@ class _AllowHF32:
     def allow_hf32(self, value: bool) -> None:
         self._allow = bool(value)
         if _cuda():
-            target = torch.backends.cuda.matmul if self._mirror == "matmul" else torch.backends.cudnn
-            target.allow_tf32 = bool(value)
+            if self._mirror == "matmul":
+                torch.backends.cuda.matmul.allow_tf32 = bool(value)
+            else:
+                torch.backends.cudnn.allow_tf32 = bool(value)
 
 
 matmul = _AllowHF32(default=False, mirror="matmul")

@@ -523,6 +523,7 @@ def npu_fusion_attention(
     if varlen:
         q_bounds = _sequence_bounds("actual_seq_qlen", actual_seq_qlen, s_q)
         kv_bounds = _sequence_bounds("actual_seq_kvlen", actual_seq_kvlen, s_kv)
+        assert actual_seq_qlen is not None and actual_seq_kvlen is not None  # else _sequence_bounds raised
         if len(actual_seq_qlen) != len(actual_seq_kvlen):
             raise ValueError(
                 f"{_FA}: actual_seq_qlen and actual_seq_kvlen must have one entry per sequence each"

@@ -59,6 +59,12 @@ def _reject(invalid: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _grad_of(p: Tensor) -> Tensor:
+    """`p.grad` of a parameter that packing takes or took: it had a gradient then."""
+    assert p.grad is not None, "the gradient of a packed parameter was dropped"
+    return p.grad
+
+
 def _combine(tensors: list[Tensor]) -> Tensor:
     """A new flat buffer holding the values of `tensors`, one after the other."""
     return torch.cat([t.detach().reshape(-1) for t in tensors])
@@ -73,6 +79,12 @@ class _Bucket:
     param: Tensor  # a slice of the dtype's buffer for all groups (`params_all_group_combined`)
     grad: Tensor
     state: dict[str, Any] | None = None  # 'step' (an int) and flat state buffers, once packed
+
+    @property
+    def packed_state(self) -> dict[str, Any]:
+        """`state` in an update: step() checks first that it was packed (`_check_states`)."""
+        assert self.state is not None, "the state was not packed"
+        return self.state
 
     def split(self, flat: Tensor) -> list[Tensor]:
         """Per-parameter views of a flat buffer laid out like this bucket."""
@@ -214,7 +226,7 @@ class NpuFusedOptimizerBase(Optimizer):
             if not params:
                 continue
             param_flat = _combine(params)
-            grad_flat = _combine([p.grad for p in params])
+            grad_flat = _combine([_grad_of(p) for p in params])
             self.params_all_group_combined[index] = param_flat
             self.grads_all_group_combined[index] = grad_flat
             offset = 0
@@ -234,9 +246,10 @@ class NpuFusedOptimizerBase(Optimizer):
             self.is_params_grads_combined = True
 
     def _check_packable(self, p: Tensor) -> None:
-        if p.grad.is_sparse:
+        grad = _grad_of(p)
+        if grad.is_sparse:
             raise RuntimeError(self._sparse_error)
-        for tensor in (p, p.grad):
+        for tensor in (p, grad):
             if tensor.device.type != backing().type:
                 raise RuntimeError(f"Tensors to combine must be on NPU, got {tensor.device.type}.")
             if not tensor.is_contiguous():
@@ -399,7 +412,7 @@ class NpuFusedSGD(NpuFusedOptimizerBase):
         state = self.state[p]
         self._momentum_buffer_already_in_state = "momentum_buffer" in state
         if not self._momentum_buffer_already_in_state:
-            state["momentum_buffer"] = p.grad.add(p, alpha=group["weight_decay"])
+            state["momentum_buffer"] = _grad_of(p).add(p, alpha=group["weight_decay"])
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
         momentum = group["momentum"]
@@ -407,7 +420,7 @@ class NpuFusedSGD(NpuFusedOptimizerBase):
         if group["weight_decay"] != 0:
             grad = grad.add(bucket.param, alpha=group["weight_decay"])
         if momentum != 0:
-            buf = bucket.state["momentum_buffer"]
+            buf = bucket.packed_state["momentum_buffer"]
             if self._momentum_buffer_already_in_state:
                 buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
@@ -445,7 +458,7 @@ class _NpuFusedAdamBase(NpuFusedOptimizerBase):
         return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group["amsgrad"] else [])
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         lr, weight_decay = group["lr"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         if self._decoupled_weight_decay:
@@ -522,7 +535,7 @@ class NpuFusedAdadelta(NpuFusedOptimizerBase):
         return ["square_avg", "acc_delta"]
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         rho, eps = group["rho"], group["eps"]
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
         state["step"] += 1
@@ -585,7 +598,7 @@ class NpuFusedRMSprop(_RMSpropState):
         super().__init__(params, defaults)
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         alpha = group["alpha"]
         if group["weight_decay"] != 0:
             grad = grad.add(param, alpha=group["weight_decay"])
@@ -642,7 +655,7 @@ class NpuFusedRMSpropTF(_RMSpropState):
             self.state[p]["square_avg"].fill_(1)
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         one_minus_alpha = 1.0 - group["alpha"]
         weight_decay = group["weight_decay"]
         if weight_decay != 0:
@@ -715,7 +728,7 @@ class NpuFusedLamb(NpuFusedOptimizerBase):
         return ["exp_avg", "exp_avg_sq"]
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         beta1, beta2 = group["betas"]
         if self.global_grad_norm.item() > 1:
             grad = grad / self.global_grad_norm
@@ -778,7 +791,7 @@ class NpuFusedAdamP(NpuFusedOptimizerBase):
         return ["exp_avg", "exp_avg_sq"]
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         beta1, beta2 = group["betas"]
         state["step"] += 1
         bias_correction1 = 1 - beta1 ** state["step"]
@@ -794,7 +807,7 @@ class NpuFusedAdamP(NpuFusedOptimizerBase):
         ):
             if p.dim() > 1:
                 p_wd_ratio.fill_(
-                    _project(p, p.grad, p_perturb, group["delta"], group["wd_ratio"], group["eps"])
+                    _project(p, _grad_of(p), p_perturb, group["delta"], group["wd_ratio"], group["eps"])
                 )
         if group["weight_decay"] > 0:
             param.mul_(1 - group["lr"] * group["weight_decay"] * wd_ratio)
@@ -899,7 +912,7 @@ class NpuFusedBertAdam(NpuFusedOptimizerBase):
         return ["exp_avg", "exp_avg_sq"]
 
     def _update(self, group: dict[str, Any], bucket: _Bucket) -> None:
-        param, grad, state = bucket.param, bucket.grad, bucket.state
+        param, grad, state = bucket.param, bucket.grad, bucket.packed_state
         beta1, beta2 = group["b1"], group["b2"]
         if self.max_grad_norm > 0:
             clip_coef = self.max_grad_norm / (grad.float().abs().pow(2.0).sum().pow(0.5) + 1e-6)

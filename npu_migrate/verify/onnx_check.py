@@ -28,13 +28,15 @@ def onnx_report(model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(cpu_model, args, buffer, kwargs=kwargs, dynamo=False)
+            # the TorchScript exporter (dynamo=False) writes to file objects; torch's annotation omits them
+            torch.onnx.export(cpu_model, args, buffer, kwargs=kwargs, dynamo=False)  # type: ignore[arg-type]
         graph = onnx.load_from_string(buffer.getvalue())
         onnx.checker.check_model(graph)
         feeds = {i.name: t.numpy() for i, (_, t) in zip(graph.graph.input, cpu_inputs, strict=False)}
         outputs = onnx.reference.ReferenceEvaluator(graph).run(None, feeds)
     except Exception as exc:  # an export failure is a finding, not a crash
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    assert isinstance(outputs, list)  # run() returns a dict only for intermediate=True
     return {
         "opset": max((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), default=None),
         "operators": dict(sorted(Counter(node.op_type for node in graph.graph.node).items())),

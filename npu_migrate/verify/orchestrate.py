@@ -47,6 +47,7 @@ class Result:
 def _side(role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool) -> dict[str, Any]:
     import torch
 
+    out = work / f"{role}.pt"
     request = {
         "role": role,
         "tree": str(tree.resolve()),
@@ -55,7 +56,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         "steps": options.steps,
         "onnx": options.onnx,
         "state": str(work / "original-state.pt"),
-        "out": str(work / f"{role}.pt"),
+        "out": str(out),
     }
     path = work / f"{role}.json"
     path.write_text(json.dumps(request))
@@ -75,7 +76,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
     if done.returncode != 0:
         message = "\n".join(line for line in done.stderr.splitlines() if "torch_npu is emulated" not in line)
         raise SideFailed(role, message.rstrip() or f"exit code {done.returncode}")
-    return torch.load(request["out"], weights_only=False)
+    return torch.load(out, weights_only=False)
 
 
 def run(options: Options, phase: Callable[[str], None] = lambda _: None) -> Result:

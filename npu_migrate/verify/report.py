@@ -69,12 +69,12 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             verdict = (
                 "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(step['failed_grads'][:3])}"
             )
-            figures = [
+            values = [
                 step[k]
                 for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
             ]
             time = f"{step['ms_original']:.1f} / {step['ms_migrated']:.1f}"
-            steps.add_row(str(step["step"]), *(f"{f:.6g}" for f in figures), time, verdict)
+            steps.add_row(str(step["step"]), *(f"{v:.6g}" for v in values), time, verdict)
         console.print(steps)
     if comparison.onnx is not None:
         _print_onnx(console, comparison)

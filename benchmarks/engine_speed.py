@@ -1,0 +1,271 @@
+"""npu-migrate's speed and memory on a real ~150k-line PyTorch model zoo (timm's sdist), against the
+cost of merely parsing the same files, all measured in one run on one tree.
+
+    python benchmarks/engine_speed.py [TREE] [--jobs N]
+
+Without TREE, timm 1.0.31's sdist is downloaded once into ~/.cache/npu-migrate-bench/ and unpacked
+there. The tree is copied to a temporary folder first, and every CLI run works on that copy (the
+original is never modified), each a fresh `python -m npu_migrate` process whose cache goes to a
+temporary XDG_CACHE_HOME, so no earlier run's cache is found.
+
+Prints:
+  * files and lines: every *.py file below TREE, and its newline count;
+  * floor A: reading every file and parsing it with the stdlib's `ast.parse`, in this process;
+  * floor B: reading every file and parsing it with `libcst.parse_module`, in this process. This is
+    the baseline: what a tool that parses everything into a concrete syntax tree starts from;
+  * cold scan: `scan TREE --format json -j N` with an empty cache, wall time of the whole process;
+  * warm scan: the same again, the tree unchanged (equal to cold while the CLI has no cache);
+  * one change: the same again after appending a line to one file (the largest that mentions cuda);
+  * peak RSS of the cold scan: the largest resident set of any one of its processes (main or a
+    worker), from wait4's rusage; on Linux also the sampled peak of all its processes together, an
+    upper bound since forked workers share pages with their parent;
+  * whether the JSON of the cold and warm scans is byte-identical;
+  * apply --dry-run on the copy (it writes nothing), wall time;
+then each time as a ratio to floor B, and PASS/FAIL against the targets. Scan exits 1 when it finds
+something: that is not a failure. The script always exits 0: it is a report."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+TIMM = "timm-1.0.31"
+BENCH_CACHE = Path.home() / ".cache" / "npu-migrate-bench"
+TOUCH = b"# touched\n"
+# Targets: the cold scan as a fraction of floor B, seconds, and bytes.
+COLD_VS_FLOOR = 0.25
+WARM_SECONDS = 0.5
+ONE_CHANGE_SECONDS = 1.0
+PEAK_RSS_BYTES = 500 * 1000 * 1000
+MIB = 1024 * 1024
+
+
+def timm_tree() -> Path:
+    """timm's unpacked sdist, downloaded and unpacked on first use."""
+    target = BENCH_CACHE / TIMM
+    if not (target / "timm").is_dir():
+        BENCH_CACHE.mkdir(parents=True, exist_ok=True)
+        archive = BENCH_CACHE / f"{TIMM}.tar.gz"
+        if not archive.is_file():
+            pin = TIMM.replace("-", "==", 1)
+            download = ["pip", "download", "-q", "--no-deps", "--no-binary", ":all:", pin, "-d", BENCH_CACHE]
+            subprocess.run([sys.executable, "-m", *map(str, download)], check=True)
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "data_filter"):  # refuse links and paths that leave the folder
+                tar.extractall(BENCH_CACHE, filter="data")
+            else:
+                tar.extractall(BENCH_CACHE)  # Python < 3.11.4: a pinned sdist from PyPI
+    return target
+
+
+@dataclass
+class Run:
+    seconds: float
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    max_rss: int | None  # bytes, the largest single process (the run or a child it waited for)
+    tree_rss: int | None  # bytes, the sampled peak of all its processes together (Linux)
+
+
+class TreeRss:
+    """Samples the summed RSS of a process and its descendants from /proc until stopped (Linux only)."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self.available = Path(f"/proc/{pid}/task/{pid}/children").exists()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> TreeRss:
+        if self.available:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.available:
+            self._thread.join()
+
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.is_set():
+            total, pending = 0, [self.pid]
+            while pending:
+                pid = pending.pop()
+                with contextlib.suppress(OSError, ValueError, IndexError):  # it may exit meanwhile
+                    total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+                    for task in Path(f"/proc/{pid}/task").iterdir():
+                        pending += map(int, (task / "children").read_text().split())
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval)
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> Run:
+    """One `python -m npu_migrate ARGS` process: wall time, output and peak memory."""
+    command = [sys.executable, "-m", "npu_migrate", *args]
+    with tempfile.TemporaryFile() as stderr:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd)
+        assert process.stdout is not None
+        with TreeRss(process.pid) as tree:
+            stdout = process.stdout.read()
+            process.stdout.close()
+            if hasattr(os, "wait4"):  # the rusage of this child alone, with its workers
+                _, status, usage = os.wait4(process.pid, 0)
+                seconds = time.perf_counter() - start
+                process.returncode = os.waitstatus_to_exitcode(status)
+                scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+                max_rss: int | None = usage.ru_maxrss * scale
+            else:
+                process.wait()
+                seconds = time.perf_counter() - start
+                max_rss = None
+        stderr.seek(0)
+        return Run(
+            seconds, process.returncode, stdout, stderr.read(), max_rss, tree.peak if tree.available else None
+        )
+
+
+def scan_ok(run: Run) -> bool:
+    """Whether a scan produced its report (exit 1 means findings, 2 files it could not parse)."""
+    try:
+        return run.returncode in (0, 1, 2) and "findings" in json.loads(run.stdout)
+    except ValueError:
+        return False
+
+
+def floor(label: str, files: list[Path], parse: Callable[[bytes], object], lines: int) -> float:
+    start = time.perf_counter()
+    for path in files:
+        with contextlib.suppress(Exception):  # a file that cannot be parsed costs what it costs
+            parse(path.read_bytes())
+    seconds = time.perf_counter() - start
+    print(f"{label:<48} {seconds:8.2f} s  {lines / seconds:>9,.0f} lines/s")
+    return seconds
+
+
+def show(label: str, run: Run, lines: int, ok: bool) -> None:
+    rate = f"{lines / run.seconds:>9,.0f} lines/s" if ok else f"FAILED (exit {run.returncode})"
+    print(f"{label:<48} {run.seconds:8.2f} s  {rate}")
+    if not ok:
+        tail = (run.stderr or run.stdout).decode(errors="replace").strip().splitlines()[-5:]
+        print("\n".join(f"    | {line}" for line in tail))
+
+
+def verdict(label: str, passed: bool, detail: str) -> None:
+    print(f"  {'PASS' if passed else 'FAIL'}  {label:<36} {detail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tree", nargs="?", type=Path, help=f"source tree (default: {TIMM}'s sdist)")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="scan workers")
+    args = parser.parse_args()
+    original = args.tree or timm_tree()
+    if not original.is_dir():
+        parser.error(f"{original} is not a folder")
+    jobs = str(args.jobs)
+
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-bench-") as scratch:
+        work = Path(scratch)
+        tree = work / "tree"
+        shutil.copytree(original, tree, symlinks=True)
+        env = {**os.environ, "XDG_CACHE_HOME": str(work / "xdg-cache")}
+        files = sorted(p for p in tree.rglob("*.py") if p.is_file())
+        sources = {p: p.read_bytes() for p in files}
+        lines = sum(s.count(b"\n") for s in sources.values())
+        print(f"tree: {original}")
+        python = platform.python_version()
+        print(f"{len(files):,} .py files, {lines:,} lines; {args.jobs} worker(s); Python {python}")
+        print()
+        floor_a = floor("floor A: read + ast.parse (1 process)", files, ast.parse, lines)
+        floor_b = floor("floor B: read + libcst.parse_module (1 process)", files, cst.parse_module, lines)
+
+        run_cli(["--help"], env, work)  # compile and page in the CLI's modules before timing anything
+        scan = ["scan", str(tree), "--format", "json", "-j", jobs]
+        cold = run_cli(scan, env, work)
+        show(f"cold scan -j{jobs}", cold, lines, scan_ok(cold))
+        warm = run_cli(scan, env, work)
+        show(f"warm scan -j{jobs} (unchanged tree)", warm, lines, scan_ok(warm))
+        cuda = [p for p in files if b"cuda" in sources[p]] or files
+        touched = max(cuda, key=lambda p: len(sources[p]))
+        with touched.open("ab") as stream:
+            stream.write(TOUCH)
+        changed = run_cli(scan, env, work)
+        show(f"scan -j{jobs} after one change", changed, lines, scan_ok(changed))
+        print(f"    (appended {TOUCH!r} to {touched.relative_to(tree)}, {len(sources[touched]):,} bytes)")
+        applied = run_cli(["apply", str(tree), "--dry-run", "-j", jobs], env, work)
+        apply_ok = applied.returncode in (0, 1, 2) and b"would rewrite" in applied.stdout
+        show(f"apply --dry-run -j{jobs}", applied, lines, apply_ok)
+        if apply_ok:
+            print(f"    ({applied.stdout.decode(errors='replace').splitlines()[0].strip()})")
+
+        print()
+        if scan_ok(cold):
+            summary = json.loads(cold.stdout).get("summary", {})
+            counts = {
+                k: len(v) if isinstance(v, list) else v for k, v in summary.items() if not isinstance(v, dict)
+            }
+            print("cold scan summary:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        rss = f"{cold.max_rss / MIB:,.0f} MiB" if cold.max_rss is not None else "not measured"
+        print(f"peak RSS of the cold scan, largest process:         {rss}")
+        if cold.tree_rss is not None:
+            print(f"peak RSS of the cold scan, all processes (sampled): {cold.tree_rss / MIB:,.0f} MiB")
+        identical = scan_ok(cold) and cold.stdout == warm.stdout
+        print(f"cold and warm JSON byte-identical:                 {'yes' if identical else 'no'}")
+
+        print()
+        print("as a ratio to floor B:")
+        for label, seconds in [
+            ("floor A (ast.parse)", floor_a),
+            ("cold scan", cold.seconds),
+            ("warm scan", warm.seconds),
+            ("scan after one change", changed.seconds),
+            ("apply --dry-run", applied.seconds),
+        ]:
+            print(f"  {label:<24} {seconds / floor_b:7.3f}x")
+
+        print()
+        print("targets:")
+        verdict(
+            f"cold scan <= {COLD_VS_FLOOR}x floor B",
+            scan_ok(cold) and cold.seconds <= COLD_VS_FLOOR * floor_b,
+            f"{cold.seconds / floor_b:.3f}x ({cold.seconds:.2f} s vs {floor_b:.2f} s)",
+        )
+        verdict(
+            f"warm scan <= {WARM_SECONDS} s",
+            scan_ok(warm) and warm.seconds <= WARM_SECONDS,
+            f"{warm.seconds:.2f} s",
+        )
+        verdict(
+            f"scan after one change < {ONE_CHANGE_SECONDS:g} s",
+            scan_ok(changed) and changed.seconds < ONE_CHANGE_SECONDS,
+            f"{changed.seconds:.2f} s",
+        )
+        verdict(
+            f"peak RSS < {PEAK_RSS_BYTES // 1000**2} MB ({PEAK_RSS_BYTES / MIB:.1f} MiB)",
+            scan_ok(cold) and cold.max_rss is not None and cold.max_rss < PEAK_RSS_BYTES,
+            rss + " (largest process)",
+        )
+        verdict("cold == warm output", identical, "byte-identical" if identical else "differs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`npu-migrate apply`: rewrite the code, in place or into a copy, and write the change list."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from npu_migrate.cli import common
+from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.report.changes import write_change_list
+from npu_migrate.report.diff import unified_diff
+from npu_migrate.report.formats.text import print_findings, print_problems
+from npu_migrate.report.summary import Summary, all_findings
+from npu_migrate.rules.base import Applicability
+from npu_migrate.write import write_outcomes
+
+
+def enabled_fixes(unsafe: bool) -> frozenset[Applicability]:
+    return frozenset({Applicability.safe, *([Applicability.unsafe] if unsafe else [])})
+
+
+def apply(
+    paths: common.PathsArgument,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write a migrated copy of the (single) folder here instead of in place."),
+    ] = None,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of every change.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
+    unsafe: Annotated[
+        bool, typer.Option("--unsafe", help="Also apply fixes that may change behaviour.")
+    ] = False,
+    rules: common.RulesOption = None,
+    change_list: Annotated[
+        Path,
+        typer.Option(help="Where to write the change list (.csv, and .json beside it)."),
+    ] = Path("npu-migrate-changes.csv"),
+    max_size: common.MaxSize = DEFAULT_MAX_BYTES,
+    jobs: common.Jobs = None,
+) -> None:
+    """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
+    loaded = common.load(rules)
+    if out_dir is not None:
+        if len(paths) != 1 or not paths[0].is_dir():
+            common.fail("--out takes exactly one folder to copy")
+        if out_dir.exists() and not (out_dir.is_dir() and not any(out_dir.iterdir())):
+            common.fail(f"--out {out_dir} already exists and is not empty")
+        if out_dir.resolve().is_relative_to(paths[0].resolve()):
+            common.fail("--out must lie outside the folder being migrated")
+    outcomes = common.run(common.find_files(paths, max_size), loaded, enabled_fixes(unsafe), jobs)
+    changed = [o for o in outcomes if o.changed]
+    if diff:
+        for outcome in changed:
+            sys.stdout.write(unified_diff(outcome))
+    if not dry_run:
+        try:
+            change_list.parent.mkdir(parents=True, exist_ok=True)  # fail before touching sources
+            write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
+            csv_path, json_path = write_change_list(change_list, outcomes)
+        except OSError as exc:
+            common.fail(f"cannot write {exc.filename}: {exc.strerror}")
+    summary = Summary.of(outcomes)
+    console = common.err if diff else common.out
+    left = [(display, f) for display, f in all_findings(outcomes) if not f.applied]
+    applied = sum(f.applied for o in outcomes for f in o.result.findings)
+    verb = "would rewrite" if dry_run else "rewrote"
+    console.print(
+        f"{verb} {len(changed)} file(s), {applied} change(s)"
+        + (f" into {out_dir}" if out_dir and not dry_run else "")
+    )
+    if left:
+        console.print(f"Left for a human ({len(left)}):")
+        print_findings(console, left)
+    print_problems(console, summary)
+    if not dry_run:
+        console.print(f"change list: {csv_path} and {json_path}")
+    raise typer.Exit(2 if summary.errors else 1 if left else 0)

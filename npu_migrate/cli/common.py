@@ -1,0 +1,90 @@
+"""What the commands share: the consoles, option types, one-line errors, rule loading,
+discovery and the progress display around a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from npu_migrate.discover import discover
+from npu_migrate.model import FileOutcome, SourceFile
+from npu_migrate.pipeline import default_jobs, run_rules
+from npu_migrate.rules.base import Applicability
+from npu_migrate.rules.load import RuleError, load_rules
+from npu_migrate.rules.schema import Rule
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+RulesOption = Annotated[
+    list[Path] | None,
+    typer.Option("--rules", help="Extra rule file or folder of *.yaml (repeatable)."),
+]
+PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
+MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
+Emulate = Annotated[
+    bool | None,
+    typer.Option(
+        "--emulate/--no-emulate",
+        help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
+    ),
+]
+Jobs = Annotated[
+    int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: one per CPU).")
+]
+
+
+def fail(text: str) -> NoReturn:
+    err.print(f"[red]error:[/] {escape(text)}")
+    raise typer.Exit(2)
+
+
+def needs_torch(command: str, missing: ImportError) -> NoReturn:
+    fail(f"{command} needs torch ({missing.name} is missing): pip install 'npu-migrate[verify]'")
+
+
+def load(extra: list[Path] | None) -> list[Rule]:
+    try:
+        return load_rules(extra or [])
+    except RuleError as exc:
+        fail(str(exc))
+
+
+def find_files(paths: list[Path], max_size: int) -> list[SourceFile]:
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        fail(f"no such file or folder: {', '.join(missing)}")
+    return discover(paths, max_size)
+
+
+@contextmanager
+def progress(total: int, label: str) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for long runs in a terminal; silent otherwise."""
+    if total < 20 or not err.is_terminal:
+        yield lambda: None
+        return
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def run(
+    files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability], jobs: int | None
+) -> list[FileOutcome]:
+    with progress(len(files), "migrating" if enabled else "scanning") as advance:
+        return run_rules(files, rules, enabled, advance, jobs or default_jobs())

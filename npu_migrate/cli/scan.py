@@ -1,0 +1,29 @@
+"""`npu-migrate scan`: the inventory of every CUDA-specific construct."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from npu_migrate.cli import common
+from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.report.formats import FORMATS
+from npu_migrate.report.summary import Summary
+
+Format = Enum("Format", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
+
+
+def scan(
+    paths: common.PathsArgument,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "text",  # type: ignore[assignment]
+    rules: common.RulesOption = None,
+    max_size: common.MaxSize = DEFAULT_MAX_BYTES,
+    jobs: common.Jobs = None,
+) -> None:
+    """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
+    outcomes = common.run(common.find_files(paths, max_size), common.load(rules), frozenset(), jobs)
+    summary = Summary.of(outcomes)
+    FORMATS[Format(format).value](common.out, outcomes, summary)
+    raise typer.Exit(2 if summary.errors else 1 if summary.findings else 0)

@@ -1,0 +1,129 @@
+"""`npu-migrate verify`: the original and the migrated model side by side."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from npu_migrate.cli import common
+from npu_migrate.cli.apply import enabled_fixes
+from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.write import write_outcomes
+
+
+def verify(
+    tree: Annotated[
+        Path | None, typer.Argument(help="A CUDA project to migrate into a temporary copy and verify.")
+    ] = None,
+    entry: Annotated[str, typer.Option(help="FILE:FUNC in each tree returning (model, inputs, ...).")] = "",
+    original: Annotated[Path | None, typer.Option(help="The original project.")] = None,
+    migrated: Annotated[Path | None, typer.Option(help="The migrated project.")] = None,
+    unsafe: Annotated[bool, typer.Option(help="With TREE: apply the unsafe (fused) fixes too.")] = False,
+    steps: Annotated[int, typer.Option(min=0, help="Training steps to compare (needs a loss_fn).")] = 0,
+    device_original: Annotated[
+        str | None, typer.Option(help="The original side's device (default: cuda if present, else cpu).")
+    ] = None,
+    device_migrated: Annotated[str, typer.Option(help="The NPU device the migrated side uses.")] = "npu",
+    emulate: common.Emulate = None,
+    max_memory_ratio: Annotated[
+        float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
+    ] = None,
+    cosine_warn: Annotated[
+        float, typer.Option(help="A row fails below this cosine if max abs > --abs-warn.")
+    ] = 0.99,
+    abs_warn: Annotated[float, typer.Option(help="See --cosine-warn.")] = 0.001,
+    cosine_fail: Annotated[
+        float, typer.Option(help="A row fails below this cosine whatever its errors.")
+    ] = 0.9,
+    abs_fail: Annotated[float, typer.Option(help="A row fails above this max abs error.")] = 1.0,
+    loss_rtol: Annotated[float, typer.Option(help="Relative tolerance of a training step's loss.")] = 1e-4,
+    rtol: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="DTYPE=VALUE, a dtype's relative tolerance (repeatable) "
+            "(defaults: float16=2^-10, bfloat16=2^-8, float32=2^-20)."
+        ),
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
+    onnx: Annotated[
+        bool, typer.Option("--onnx", help="Also export the original to ONNX, check and run it.")
+    ] = False,
+    html_path: Annotated[
+        Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")
+    ] = None,
+    rules: common.RulesOption = None,
+) -> None:
+    """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
+    if not entry:
+        common.fail("--entry FILE:FUNC is required")
+    if (tree is None) == (original is None or migrated is None):
+        common.fail("give either TREE, or both --original and --migrated")
+    try:
+        from npu_migrate.verify import orchestrate
+        from npu_migrate.verify import report as verify_report
+        from npu_migrate.verify.compare import Thresholds
+    except ImportError as exc:
+        common.needs_torch("verify", exc)
+    with contextlib.ExitStack() as stack:
+        if tree is not None:
+            original, migrated = tree, _migrated_copy(tree, unsafe, rules, stack)
+        options = orchestrate.Options(
+            original=original,  # type: ignore[arg-type]
+            migrated=migrated,  # type: ignore[arg-type]
+            entry=entry,
+            steps=steps,
+            device_original=device_original,
+            device_migrated=device_migrated,
+            emulate=emulate,
+            onnx=onnx,
+            limits=Thresholds(
+                cosine_warn=cosine_warn,
+                abs_warn=abs_warn,
+                cosine_fail=cosine_fail,
+                abs_fail=abs_fail,
+                loss_rtol=loss_rtol,
+                max_memory_ratio=max_memory_ratio,
+                dtype_rtol=_dtype_tolerances(rtol or []),
+            ),
+        )
+        with common.err.status("verifying") as status:
+            try:
+                result = orchestrate.run(options, lambda text: status.update(text))
+            except orchestrate.SideFailed as exc:
+                status.stop()
+                common.fail(str(exc))
+    verify_report.print_result(common.out, result)
+    if json_path is not None:
+        verify_report.write_json(json_path, result)
+    if html_path is not None:
+        from npu_migrate.verify.html import write_html
+
+        write_html(html_path, result)
+    raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _dtype_tolerances(given: list[str]) -> dict[str, float]:
+    from npu_migrate.verify.compare import DTYPE_RTOL
+
+    tolerances = dict(DTYPE_RTOL)
+    for item in given:
+        dtype, _, value = item.partition("=")
+        try:
+            tolerances[dtype.strip().removeprefix("torch.")] = float(value)
+        except ValueError:
+            common.fail(f"--rtol takes DTYPE=VALUE (e.g. bfloat16=0.004), got {item!r}")
+    return tolerances
+
+
+def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> Path:
+    """A temporary migrated copy of `tree`, made with apply's rules."""
+    if not tree.is_dir():
+        common.fail(f"no such folder: {tree}")
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-copy-"))) / tree.name
+    files = common.find_files([tree], DEFAULT_MAX_BYTES)
+    write_outcomes(common.run(files, common.load(rules), enabled_fixes(unsafe), None), tree, folder)
+    return folder

@@ -1,0 +1,69 @@
+"""What the rules may ask about the code around a node, gathered during the one pass: which
+names are references (not keywords, parameter names or attribute names), the dotted chains
+they form, and the function being walked."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from npu_migrate.engine.names import dotted_parts
+
+
+class Facts:
+    """Visit hooks that run before every match kind's, so kinds can ask about the node."""
+
+    def __init__(self) -> None:
+        self._not_references: set[cst.CSTNode] = set()
+        self.chains: dict[cst.CSTNode, list[str]] = {}  # outermost dotted references -> their parts
+        self.functions: list[cst.FunctionDef] = []
+
+    def is_reference(self, node: cst.Name) -> bool:
+        return node not in self._not_references
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_references.add(node.keyword)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_references.add(node.name)
+        self.functions.append(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_references.add(node.name)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._not_references.add(node.name)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_references.add(node.name)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        """Only the outermost attribute of a dotted chain is a reference to resolve."""
+        self._not_references.add(node.attr)
+        if node in self._not_references:
+            return
+        parts = dotted_parts(node)
+        if parts is None:
+            return
+        inner: cst.BaseExpression = node.value
+        while isinstance(inner, cst.Attribute):
+            self._not_references.add(inner)
+            inner = inner.value
+        self._not_references.add(inner)
+        self.chains[node] = parts
+
+    # Names inside these statements are bindings or declarations, never references.
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        return False

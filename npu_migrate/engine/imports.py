@@ -1,0 +1,253 @@
+"""Imports under the rules' fixes: which imported names the rules rename (decided once, before
+the pass, so every use agrees with its import), the rewritten from-imports, the imports a fixed
+file needs added (each module once, right after the file's torch import, else after its last
+top-level import, else after the docstring and __future__ lines), and the imports a fix leaves
+unused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+import libcst as cst
+
+from npu_migrate.engine.names import ImportTable, module_name
+
+if TYPE_CHECKING:
+    from npu_migrate.rules.schema import Rule
+
+# torch.npu is registered by torch_npu as an alias module; its submodules are only importable
+# under their real package, so import statements name torch_npu.npu.<sub> instead.
+IMPORT_PATHS = {"torch.npu": "torch_npu.npu"}
+
+
+def import_path(qualified: str) -> str:
+    """The name to write in an import statement for `qualified`."""
+    for alias, real in IMPORT_PATHS.items():
+        if qualified.startswith(alias + "."):
+            return real + qualified[len(alias) :]
+    return qualified
+
+
+def renamed(qualified: str, mapping: dict[str, str]) -> str | None:
+    """Apply the longest matching prefix of a rename map to a qualified name."""
+    for old in sorted(mapping, key=len, reverse=True):
+        if qualified == old or qualified.startswith(old + "."):
+            return mapping[old] + qualified[len(old) :]
+    return None
+
+
+@dataclass(frozen=True)
+class PlannedImport:
+    target: str  # the qualified name the local name will be bound to
+    local: str  # the local name after the rewrite
+    rule: Rule
+
+
+@dataclass
+class ImportPlan:
+    """How rules rewrite the names a file imports, decided before the rewrite so that every
+    use of an imported name agrees with its (possibly renamed) import."""
+
+    locals: dict[str, PlannedImport] = field(default_factory=dict)
+
+
+def plan_imports(table: ImportTable, best: Callable[[str], tuple[Rule, int] | None]) -> ImportPlan:
+    """Decide every import rename up front, so uses anywhere in the file follow their import.
+
+    An imported function renamed exactly (`is_nccl_available`) takes its new name everywhere; an
+    imported namespace keeps its local name (`... import mstx as nvtx`), because members the
+    rules leave alone must still resolve through it."""
+    plan = ImportPlan()
+    for statement in table.imports:
+        if isinstance(statement, cst.ImportFrom) and (
+            statement.relative or isinstance(statement.names, cst.ImportStar)
+        ):
+            continue
+        base = module_name(statement.module) + "." if isinstance(statement, cst.ImportFrom) else ""
+        for alias in statement.names:  # type: ignore[union-attr]
+            if isinstance(statement, cst.Import) and alias.asname is None:
+                continue  # `import a.b` binds `a`, which the rename leaves alone
+            qualified = base + module_name(alias.name)
+            hit = best(qualified)
+            new = renamed_by(hit[0], qualified) if hit else None
+            if hit and new:
+                exact = hit[1] % 2 == 1
+                local = alias.evaluated_alias or alias.evaluated_name
+                new_local = local if alias.asname or not exact else new.rsplit(".", 1)[-1]
+                plan.locals[local] = PlannedImport(import_path(new), new_local, hit[0])
+    return plan
+
+
+def renamed_by(rule: Rule, qualified: str) -> str | None:
+    """What a rule's rename fix makes of a qualified name, if it has one."""
+    if rule.fix is None or not rule.fix.rename:
+        return None
+    return renamed(qualified, rule.fix.rename)
+
+
+def regroup(
+    statement: cst.ImportFrom, base: str, planned: list[PlannedImport | None]
+) -> cst.ImportFrom | cst.FlattenSentinel[cst.ImportFrom]:
+    """The from-import with each planned alias moved to its new module (one statement per
+    module, in order of first appearance)."""
+    groups: dict[str, list[cst.ImportAlias]] = {}
+    for alias, plan in zip(statement.names, planned, strict=True):  # type: ignore[arg-type]
+        module = base
+        if plan is not None:
+            module, _, name = plan.target.rpartition(".")
+            as_name = cst.AsName(name=cst.Name(plan.local)) if plan.local != name else None
+            alias = alias.with_changes(name=cst.Name(name), asname=as_name)
+        groups.setdefault(module, []).append(alias)
+    statements = []
+    for module, aliases in groups.items():
+        aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        new_module = statement.module if module == base else cst.parse_expression(module)
+        statements.append(statement.with_changes(module=new_module, names=aliases))
+    return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+
+
+def _imported_modules(statement: cst.BaseStatement) -> list[str]:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return []
+    found: list[str] = []
+    for small in statement.body:
+        if isinstance(small, cst.Import):
+            found.extend(module_name(alias.name) for alias in small.names)
+        elif isinstance(small, cst.ImportFrom) and not small.relative:
+            found.append(module_name(small.module))
+    return found
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
+def insertion_index(body: Sequence[cst.BaseStatement]) -> int:
+    last_torch = last_import = -1
+    header = 0
+    for i, statement in enumerate(body):
+        modules = _imported_modules(statement)
+        if any(m == "torch" or m.startswith("torch.") for m in modules):
+            last_torch = i
+        if modules:
+            last_import = i
+        if (i == header and _is_docstring(statement)) or modules == ["__future__"]:
+            header = i + 1
+    if last_torch >= 0:
+        return last_torch + 1
+    return last_import + 1 if last_import >= 0 else header
+
+
+def add_imports(
+    module: cst.Module, wanted: list[str], table: ImportTable
+) -> tuple[cst.Module, list[tuple[int, str]]]:
+    """The module with `import X` added for each wanted module it does not bind yet, and
+    (line, module) for each line added."""
+    missing = [m for m in dict.fromkeys(wanted) if not table.binds_module(m)]
+    if not missing:
+        return module, []
+    missing.sort(key=lambda m: m != "torch")  # torch must come before torch_npu
+    body = list(module.body)
+    at = insertion_index(body)
+    first_line = module.with_changes(body=body[:at]).code.count("\n") + 1
+    new = [cst.parse_statement(f"import {m}\n", config=module.config_for_parsing) for m in missing]
+    added = [(first_line + i, m) for i, m in enumerate(missing)]
+    return module.with_changes(body=[*body[:at], *new, *body[at:]]), added
+
+
+Statement = TypeVar("Statement", cst.Import, cst.ImportFrom)
+
+
+class _NamesUsed(cst.CSTVisitor):
+    """Every name a module uses outside its import statements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+class _DropImports(cst.CSTTransformer):
+    def __init__(self, qualified: set[str], used: set[str]) -> None:
+        super().__init__()
+        self.qualified = qualified
+        self.used = used
+        self.dropped: list[str] = []
+
+    def leave_ImportFrom(
+        self, original: cst.ImportFrom, updated: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
+        if updated.relative or isinstance(updated.names, cst.ImportStar):
+            return updated
+        base = module_name(updated.module)
+
+        def dropped(alias: cst.ImportAlias) -> str | None:
+            name = f"{base}.{alias.evaluated_name}"
+            unused = (alias.evaluated_alias or alias.evaluated_name) not in self.used
+            return name if name in self.qualified and unused else None
+
+        return self._prune(updated, dropped)
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import | cst.RemovalSentinel:
+        """`import apex` goes when apex.optimizers.FusedSGD was the only thing used from it."""
+
+        def dropped(alias: cst.ImportAlias) -> str | None:
+            module = module_name(alias.name)
+            unused = (alias.evaluated_alias or module.split(".")[0]) not in self.used
+            return module if unused and any(q.startswith(module + ".") for q in self.qualified) else None
+
+        return self._prune(updated, dropped)
+
+    def _prune(
+        self, statement: Statement, dropped: Callable[[cst.ImportAlias], str | None]
+    ) -> Statement | cst.RemovalSentinel:
+        """The statement without the aliases `dropped` names (recorded), or nothing if none is left."""
+        kept = []
+        for alias in statement.names:  # type: ignore[union-attr]
+            name = dropped(alias)
+            if name is None:
+                kept.append(alias)
+            else:
+                self.dropped.append(name)
+        if len(kept) == len(statement.names):  # type: ignore[arg-type]
+            return statement
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return statement.with_changes(names=kept)
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
+        return updated if updated.body else cst.RemoveFromParent()
+
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated if updated.body else updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+
+
+def drop_unused_imports(module: cst.Module, qualified: set[str]) -> tuple[cst.Module, list[str]]:
+    """The module without the from-imports of `qualified` names it no longer uses, and the
+    qualified names whose imports went."""
+    if not qualified:
+        return module, []
+    used = _NamesUsed()
+    module.visit(used)
+    dropper = _DropImports(qualified, used.names)
+    return module.visit(dropper), dropper.dropped

@@ -1,0 +1,30 @@
+"""A rule set made ready for matching: every match kind built once over its rules (shared by
+all files of a run), and the prefilter they feed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from npu_migrate.engine.kinds import KINDS, Kind
+from npu_migrate.engine.kinds.name import NameKind
+from npu_migrate.prefilter import Prefilter
+
+if TYPE_CHECKING:
+    from npu_migrate.rules.schema import Rule
+
+
+class RuleIndex:
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = list(rules)
+        self.kinds: list[Kind] = [kind(self.rules) for kind in KINDS]
+        self.names = next(
+            k for k in self.kinds if isinstance(k, NameKind)
+        )  # imports are planned by name rules
+        self.prefilter = Prefilter()
+        for kind in self.kinds:
+            kind.need(self.prefilter)
+
+    def may_match(self, text: str) -> bool:
+        """False when no rule can possibly match: the file need not be parsed."""
+        return self.prefilter.may_match(text)

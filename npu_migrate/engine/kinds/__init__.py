@@ -1,0 +1,29 @@
+"""The registry of match kinds. A rule's `match:` mapping names exactly one of these keys; the
+rule schema, the overlap check, the prefilter and the one-pass transformer all read this list.
+A new kind is one module beside these and one line here (docs/architecture.md shows how)."""
+
+from __future__ import annotations
+
+from npu_migrate.engine.kinds.attribute import AttributeKind
+from npu_migrate.engine.kinds.base import Kind
+from npu_migrate.engine.kinds.call import CallKind
+from npu_migrate.engine.kinds.import_ import ImportKind
+from npu_migrate.engine.kinds.method import MethodKind
+from npu_migrate.engine.kinds.name import NameKind
+from npu_migrate.engine.kinds.pattern import PatternKind
+from npu_migrate.engine.kinds.string import StringKind
+
+KINDS: tuple[type[Kind], ...] = (
+    NameKind,
+    CallKind,
+    MethodKind,
+    AttributeKind,
+    StringKind,
+    ImportKind,
+    PatternKind,
+)
+
+
+def kind_of(match: object) -> type[Kind]:
+    """The kind whose schema a parsed `match:` mapping is."""
+    return next(kind for kind in KINDS if isinstance(match, kind.schema))

@@ -1,0 +1,120 @@
+"""Reading a call's arguments the way rules describe them (by parameter name through a
+signature, or by position) and checking conditions on them. Shared by the kinds that look at
+calls: call, method and string."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from npu_migrate.engine.names import dotted_parts, name_matches
+from npu_migrate.engine.patterns import code_of
+from npu_migrate.rules.base import ArgCondition, Argument
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+
+_STRING = (cst.SimpleString, cst.FormattedString)
+
+
+def callee(ctx: FileContext, node: cst.Call) -> str | None:
+    """The qualified name of what a call calls, when it is an imported name."""
+    parts = dotted_parts(node.func)
+    return ctx.table.qualify(parts) if parts else None
+
+
+def fits(call: cst.Call, signature: list[str]) -> bool:
+    """Whether every argument of a call is one of `signature`'s parameters (no *args, **kwargs,
+    extra positionals or other keywords)."""
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    return (
+        all(not a.star for a in positional)
+        and len(positional) <= len(signature)
+        and keywords <= set(signature[len(positional) :])
+    )
+
+
+def callee_is(place: Argument, qualified: str | None, method: str | None) -> bool:
+    if "*" in place.of or (method and f".{method}" in place.of):
+        return True
+    return name_matches(qualified, place.of)
+
+
+def arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:
+    """The values passed at `place`: by keyword, or positionally at the keyword's index in the
+    signature or at the given position."""
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value in place.keyword:
+            yield arg.value
+    indexes = {place.signature.index(k) for k in place.keyword if k in place.signature}
+    if place.position is not None:
+        indexes.add(place.position)
+    for i in sorted(indexes):
+        if i < len(positional):
+            yield positional[i].value
+
+
+def parameter(node: cst.Call, name: str, signature: list[str]) -> list[cst.BaseExpression]:
+    """The values passed for one named parameter."""
+    return list(arguments(node, Argument(of=["*"], keyword=[name], signature=signature)))
+
+
+def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
+    """String literals that are the value of `expr`, looking through conditionals and sequences."""
+    if isinstance(expr, _STRING):
+        yield expr
+    elif isinstance(expr, cst.IfExp):
+        yield from strings_in(expr.body)
+        yield from strings_in(expr.orelse)
+    elif isinstance(expr, cst.BooleanOperation):
+        yield from strings_in(expr.left)
+        yield from strings_in(expr.right)
+    elif isinstance(expr, cst.Tuple | cst.List | cst.Set):
+        for element in expr.elements:
+            yield from strings_in(element.value)
+
+
+def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:
+    """A literal's text; f-string fields read as '{}'. None for bytes."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in node.parts)
+
+
+def conditions_hold(
+    ctx: FileContext, node: cst.Call, conditions: dict[str, ArgCondition], signature: list[str]
+) -> bool:
+    unknown = any(a.star for a in node.args)
+    return all(
+        _condition_holds(ctx, parameter(node, name, signature), condition, unknown)
+        for name, condition in conditions.items()
+    )
+
+
+def _condition_holds(
+    ctx: FileContext, values: list[cst.BaseExpression], condition: ArgCondition, unknown: bool
+) -> bool:
+    if condition.present is not None:
+        if condition.present != bool(values):
+            return False
+        if not condition.present and unknown:
+            return False  # *args or **kwargs may carry it: absence cannot be proven
+    if condition.string is not None:
+        texts = [static_text(s) for v in values for s in strings_in(v)]
+        if not any(t is not None and re.fullmatch(condition.string, t) for t in texts):
+            return False
+    if condition.name is not None:
+        names = [ctx.table.qualify(p) for v in values if (p := dotted_parts(v))]
+        if not any(name_matches(n, condition.name) for n in names):
+            return False
+    if condition.code is not None:
+        codes: list[str | None] = [code_of(v, ctx.module) for v in values] or [condition.default]
+        if not any(c in condition.code for c in codes):
+            return False
+    return not condition.simple or all(dotted_parts(v) for v in values)

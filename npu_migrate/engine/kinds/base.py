@@ -1,0 +1,105 @@
+"""What a match kind is. A kind owns the `match:` schema of its rules, what it tells the
+prefilter, the keys by which rules of any kind are found to overlap, and the hooks that find its
+rules in one file. The engine drives kinds through this interface only; it never names a rule.
+
+A kind's per-file `Matcher` has libcst-style hooks: `visit_<Node>(node)` to take notes on the
+way down, and `leave_<Node>(original, updated) -> list[Candidate]` to propose matches on the
+way up. The transformer settles the candidates of every kind on a node by rule precedence."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
+
+import libcst as cst
+
+from npu_migrate.rules.base import Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.prefilter import Prefilter
+    from npu_migrate.rules.schema import Rule
+
+Fixed = cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]
+Schema = TypeVar("Schema", bound=Strict)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A rule that matches a node, with the node as its fix would leave it."""
+
+    rule: Rule
+    fixed: Fixed | None  # None: the rule reports only (or its fix cannot apply here)
+    imports: tuple[str, ...] = ()  # modules the fix needs besides the rule's add_import
+    part: str = ""  # what in the node it is about (an imported name): other parts never compete
+    specificity: int = 0  # a rule on a more specific name beats one on a prefix
+
+
+VisitHook = Callable[[cst.CSTNode], object]
+LeaveHook = Callable[[cst.CSTNode, cst.CSTNode], list[Candidate]]
+
+
+def hooks_of(owner: object) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
+    """An object's `visit_<Node>` and `leave_<Node>` methods, keyed by libcst node type."""
+    visits: dict[type, VisitHook] = {}
+    leaves: dict[type, LeaveHook] = {}
+    for attribute in dir(type(owner)):
+        prefix, _, node = attribute.partition("_")
+        if prefix in ("visit", "leave") and isinstance(getattr(cst, node, None), type):
+            table: dict = visits if prefix == "visit" else leaves
+            table[getattr(cst, node)] = getattr(owner, attribute)
+    return visits, leaves
+
+
+class Matcher:
+    """One kind's hooks over one file."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    def hooks(self) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
+        return hooks_of(self)
+
+    def compose(self, updated: cst.CSTNode, applied: Sequence[Candidate]) -> Fixed:
+        """The node with the fixes of this kind's winning candidates applied. One fix per node
+        is the rule; kinds that edit several parts of one statement (imports) override this."""
+        fixed = applied[0].fixed
+        return fixed if fixed is not None else updated
+
+
+class Kind(ABC, Generic[Schema]):
+    """One match kind over a rule set: built once per run, shared by every file."""
+
+    key: ClassVar[str]  # the `match:` key in a rule file
+    schema: ClassVar[type[Strict]]  # the model of the mapping under that key
+    fixes: ClassVar[frozenset[str]] = frozenset()  # the fix kinds its rules may use
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = [r for r in rules if isinstance(r.match, self.schema)]
+        self.entries: list[tuple[Rule, Schema]] = [(r, cast(Schema, r.match)) for r in self.rules]
+
+    @staticmethod
+    def bindable(match: Schema) -> set[str]:
+        """The metavariables a template fix may use."""
+        return set()
+
+    @staticmethod
+    def keys(match: Schema) -> set[str]:
+        """What its rules match, as keys shared by every kind (`call:torch.cuda.synchronize`):
+        two rules with a key in common can match the same node."""
+        return set()
+
+    @classmethod
+    def overlaps(cls, a: Rule, b: Rule) -> bool:
+        """Whether two rules of this kind can match the same node."""
+        return bool(cls.keys(cast(Schema, a.match)) & cls.keys(cast(Schema, b.match)))
+
+    @abstractmethod
+    def need(self, prefilter: Prefilter) -> None:
+        """Tell the prefilter what a file must contain for one of these rules to match."""
+
+    @abstractmethod
+    def matcher(self, ctx: FileContext) -> Matcher:
+        """The hooks that find these rules in one file."""

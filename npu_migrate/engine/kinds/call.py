@@ -1,0 +1,123 @@
+"""`call:` rules: calls of a qualified callee (resolved through imports), with conditions on
+the arguments, and the fixes that edit a call: rename the callee, edit keywords, or rewrite the
+call from a template whose metavariables are the callee's parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+import libcst as cst
+from pydantic import Field
+
+from npu_migrate.engine.fixes import chain_source, edit_keywords, replace_expression
+from npu_migrate.engine.imports import renamed
+from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, parameter
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.names import NameTable, dotted_parts
+from npu_migrate.engine.patterns import code_of, fill
+from npu_migrate.prefilter import Prefilter, components
+from npu_migrate.rules.base import ArgCondition, Names, Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+
+class CallMatch(Strict):
+    call: Names = Field(description="Qualified callee names, resolved through imports.")
+    signature: list[str] = Field(default_factory=list, description="Positional parameter names.")
+    args: dict[str, ArgCondition] = Field(
+        default_factory=dict, description="Conditions on arguments, by parameter name."
+    )
+    strict: bool = Field(
+        default=False,
+        description="Match only calls whose arguments all fit `signature` (no other keywords, "
+        "no *args or **kwargs): what a fix does not know, it must not drop.",
+    )
+
+
+class CallKind(Kind[CallMatch]):
+    key = "call"
+    schema = CallMatch
+    fixes = frozenset({"rename", "template", "keywords"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.table = NameTable()
+        for rule, match in self.entries:
+            for name in match.call:
+                self.table.add(name, rule)
+
+    @staticmethod
+    def bindable(match: CallMatch) -> set[str]:
+        return set(match.signature) | set(match.args)
+
+    @staticmethod
+    def keys(match: CallMatch) -> set[str]:
+        return {f"call:{name}" for name in match.call}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for _, match in self.entries:
+            needs = [frozenset[str]()]  # for each way the name conditions can hold, the words it needs
+            for condition in match.args.values():
+                if condition.name:
+                    needs = [n | components(name) for n in needs for name in condition.name]
+            for name in match.call:
+                prefilter.need(*(components(name) | extra for extra in needs))
+
+    def matcher(self, ctx: FileContext) -> CallMatcher:
+        return CallMatcher(ctx, self)
+
+
+class CallMatcher(Matcher):
+    def __init__(self, ctx: FileContext, kind: CallKind) -> None:
+        super().__init__(ctx)
+        self.table = kind.table
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
+        qualified = callee(self.ctx, original)
+        if qualified is None:
+            return []
+        candidates = []
+        for rule, specificity in self.table.rules_for(qualified):
+            match = cast(CallMatch, rule.match)
+            if match.strict and not fits(original, match.signature):
+                continue
+            if not conditions_hold(self.ctx, original, match.args, match.signature):
+                continue
+            fixed, imports = self._fixed(rule, match, qualified, original, updated)
+            candidates.append(Candidate(rule, fixed, imports, specificity=specificity))
+        return candidates
+
+    def _fixed(
+        self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call
+    ) -> tuple[cst.BaseExpression | None, tuple[str, ...]]:
+        """The fixed call and the modules the fix needs; None for a report-only rule."""
+        fix = rule.fix
+        if fix and fix.keywords:
+            return edit_keywords(updated, fix.keywords), ()
+        if fix and fix.rename and (new := renamed(qualified, fix.rename)):
+            parts = dotted_parts(original.func) or []
+            source, module = chain_source(parts, new, self.ctx.table, self.ctx.plan)
+            return updated.with_changes(func=replace_expression(updated.func, source)), (
+                module,
+            ) if module else ()
+        if fix and fix.template:
+            codes = {
+                name: code_of(values[0], self.ctx.module)
+                for name in {*match.signature, *match.args}
+                if (values := parameter(updated, name, match.signature))
+            }
+            try:
+                needed: list[str] = []
+                for name, default in fix.defaults.items():
+                    if name not in codes:
+                        node, more = fill(default, codes, self.ctx.table.spell)
+                        codes[name], needed = code_of(node, self.ctx.module), needed + more
+                node, more = fill(fix.template, codes, self.ctx.table.spell)
+            except ValueError:
+                return None, ()  # an argument the template needs is missing: report only
+            assert isinstance(node, cst.BaseExpression)
+            return node.with_changes(lpar=updated.lpar, rpar=updated.rpar), (*needed, *more)
+        return None, ()

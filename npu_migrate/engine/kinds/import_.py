@@ -1,0 +1,64 @@
+"""`import:` rules: imports of a module (`import cupy`, `from flash_attn import ...`), reported
+where the import stands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from pydantic import Field
+
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.names import NameTable, module_name
+from npu_migrate.prefilter import Prefilter, components
+from npu_migrate.rules.base import Names, Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+
+class ImportMatch(Strict):
+    import_: Names = Field(
+        alias="import", description="Imported modules; 'pkg.*' also matches its submodules."
+    )
+
+
+class ImportKind(Kind[ImportMatch]):
+    key = "import"
+    schema = ImportMatch
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.table = NameTable()
+        for rule, match in self.entries:
+            for name in match.import_:
+                self.table.add(name, rule)
+
+    @staticmethod
+    def keys(match: ImportMatch) -> set[str]:
+        return {f"import:{name}" for name in match.import_}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for _, match in self.entries:
+            for name in match.import_:
+                prefilter.need(components(name))
+
+    def matcher(self, ctx: FileContext) -> ImportMatcher:
+        return ImportMatcher(ctx, self)
+
+
+class ImportMatcher(Matcher):
+    def __init__(self, ctx: FileContext, kind: ImportKind) -> None:
+        super().__init__(ctx)
+        self.table = kind.table
+
+    def _report(self, module: str) -> list[Candidate]:
+        return [Candidate(rule, None, part=module, specificity=s) for rule, s in self.table.rules_for(module)]
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> list[Candidate]:
+        return [c for alias in updated.names for c in self._report(module_name(alias.name))]
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
+        return [] if updated.relative else self._report(module_name(updated.module))

@@ -1,0 +1,85 @@
+"""`method:` rules: a method called on any receiver that is not an imported module
+(`t.cuda()`, `model.cuda(0)`), with an optional signature that tells it from other classes'
+methods of the same name, and conditions on its arguments."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+import libcst as cst
+from pydantic import Field
+
+from npu_migrate.engine.fixes import renamed_attribute
+from npu_migrate.engine.kinds.arguments import conditions_hold, fits
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.names import dotted_parts
+from npu_migrate.prefilter import Prefilter, accessed
+from npu_migrate.rules.base import ArgCondition, Names, Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+
+class MethodMatch(Strict):
+    method: Names = Field(description="Method names called on any receiver, e.g. 'cuda'.")
+    signature: list[str] | None = Field(
+        default=None,
+        description="The method's parameters: a call passing other keywords, or more positional "
+        "arguments, is some other class's method of the same name and is left alone.",
+    )
+    args: dict[str, ArgCondition] = Field(
+        default_factory=dict, description="Conditions on arguments, by parameter name (see signature)."
+    )
+
+
+class MethodKind(Kind[MethodMatch]):
+    key = "method"
+    schema = MethodMatch
+    fixes = frozenset({"rename"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.by_name: dict[str, list[Rule]] = defaultdict(list)
+        for rule, match in self.entries:
+            for name in match.method:
+                self.by_name[name].append(rule)
+
+    @staticmethod
+    def keys(match: MethodMatch) -> set[str]:
+        return {f"method:{name}" for name in match.method}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for name in self.by_name:
+            prefilter.need(frozenset([accessed(name)]))
+
+    def matcher(self, ctx: FileContext) -> MethodMatcher:
+        return MethodMatcher(ctx, self)
+
+
+class MethodMatcher(Matcher):
+    def __init__(self, ctx: FileContext, kind: MethodKind) -> None:
+        super().__init__(ctx)
+        self.by_name = kind.by_name
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
+        if not isinstance(updated.func, cst.Attribute) or not isinstance(original.func, cst.Attribute):
+            return []
+        rules = self.by_name.get(updated.func.attr.value)
+        if not rules:
+            return []
+        receiver = dotted_parts(original.func.value)
+        if receiver and self.ctx.table.qualify(receiver):
+            return []  # `module.function(...)` is not a method call
+        candidates = []
+        for rule in rules:
+            match = cast(MethodMatch, rule.match)
+            if match.signature is not None and not fits(original, match.signature):
+                continue
+            if not conditions_hold(self.ctx, original, match.args, match.signature or []):
+                continue
+            new_func = renamed_attribute(rule, updated.func)
+            candidates.append(Candidate(rule, updated.with_changes(func=new_func) if new_func else None))
+        return candidates

@@ -1,0 +1,191 @@
+"""`name:` rules: qualified names (`torch.cuda.synchronize`, `torch.cuda.*`) resolved through the
+file's imports and aliases, wherever they are referenced or imported. Rename fixes keep the
+author's aliases, and an import that a rename touches is rewritten with every use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cmp_to_key
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from pydantic import Field
+
+from npu_migrate.engine.fixes import chain_source, replace_expression
+from npu_migrate.engine.imports import (
+    ImportPlan,
+    PlannedImport,
+    import_path,
+    plan_imports,
+    regroup,
+    renamed,
+    renamed_by,
+)
+from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
+from npu_migrate.engine.names import ImportTable, NameTable, module_name
+from npu_migrate.prefilter import Prefilter, components
+from npu_migrate.rules.base import Names, Strict
+from npu_migrate.rules.precedence import compare
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+
+class NameMatch(Strict):
+    name: Names = Field(
+        description="Qualified names resolved through imports; 'a.b.*' matches everything under a.b."
+    )
+
+
+class NameKind(Kind[NameMatch]):
+    key = "name"
+    schema = NameMatch
+    fixes = frozenset({"rename"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.table = NameTable()
+        for rule, match in self.entries:
+            for name in match.name:
+                self.table.add(name, rule)
+
+    @staticmethod
+    def keys(match: NameMatch) -> set[str]:
+        return {f"name:{name}" for name in match.name}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for _, match in self.entries:
+            for name in match.name:
+                prefilter.need(components(name))
+
+    def ranked(self, qualified: str, whole: bool = False) -> list[Candidate]:
+        """Report-only candidates for every rule on `qualified`, best first."""
+        found = [
+            Candidate(rule, None, part=qualified, specificity=s)
+            for rule, s in self.table.rules_for(qualified, whole)
+        ]
+        return sorted(found, key=cmp_to_key(compare))
+
+    def plan(self, table: ImportTable) -> ImportPlan:
+        """How this file's imports are renamed, decided before the pass (see plan_imports)."""
+
+        def best(qualified: str) -> tuple[Rule, int] | None:
+            ranked = self.ranked(qualified, whole=True)
+            return (ranked[0].rule, ranked[0].specificity) if ranked else None
+
+        return plan_imports(table, best)
+
+    def matcher(self, ctx: FileContext) -> NameMatcher:
+        return NameMatcher(ctx, self)
+
+
+class NameMatcher(Matcher):
+    def __init__(self, ctx: FileContext, kind: NameKind) -> None:
+        super().__init__(ctx)
+        self.kind = kind
+        self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}
+
+    # ------------------------------------------------------------ references
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self.ctx.facts.is_reference(node):
+            self._note(node, [node.value])
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        parts = self.ctx.facts.chains.get(node)
+        if parts is not None:
+            self._note(node, parts)
+
+    def _note(self, node: cst.CSTNode, parts: list[str]) -> None:
+        qualified = self.ctx.table.qualify(parts)
+        if qualified is not None and self.kind.table.rules_for(qualified):
+            self.noted[node] = (parts, qualified)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> list[Candidate]:
+        return self._chain(original, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> list[Candidate]:
+        return self._chain(original, updated)
+
+    def _chain(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> list[Candidate]:
+        noted = self.noted.get(original)
+        if noted is None:
+            return []
+        parts, qualified = noted
+        ranked = [self._fixed(c, parts, qualified, updated) for c in self.kind.ranked(qualified)]
+        if ranked[0] is None:
+            return []  # the best rule's rename is carried by the file's import (and its finding)
+        return [c for c in ranked if c is not None]
+
+    def _fixed(
+        self, candidate: Candidate, parts: list[str], qualified: str, updated: cst.BaseExpression
+    ) -> Candidate | None:
+        """The candidate with its rename applied; None when the import statement carries it."""
+        fix = candidate.rule.fix
+        new_qualified = renamed(qualified, fix.rename) if fix and fix.rename else None
+        if new_qualified is None:
+            return candidate
+        source, module = chain_source(parts, new_qualified, self.ctx.table, self.ctx.plan)
+        if source == ".".join(parts):
+            return None
+        fixed = replace_expression(updated, source)
+        return Candidate(
+            candidate.rule, fixed, (module,) if module else (), candidate.part, candidate.specificity
+        )
+
+    # ------------------------------------------------------------ imports
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> list[Candidate]:
+        candidates = []
+        for alias in updated.names:
+            qualified = module_name(alias.name)
+            for candidate in self.kind.ranked(qualified, whole=True):
+                fixed_alias = _renamed_alias(alias, candidate.rule, qualified)
+                fixed = (
+                    updated.with_changes(names=[fixed_alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+                    if fixed_alias
+                    else None
+                )
+                candidates.append(
+                    Candidate(candidate.rule, fixed, part=qualified, specificity=candidate.specificity)
+                )
+        return candidates
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
+        if updated.relative or isinstance(updated.names, cst.ImportStar):
+            return []
+        base = module_name(updated.module)
+        planned = self._planned(updated)
+        candidates = []
+        for alias, plan in zip(updated.names, planned, strict=True):
+            if plan is None:
+                qualified = f"{base}.{alias.evaluated_name}"
+                candidates += self.kind.ranked(qualified, whole=True)[:1]
+        proposed = regroup(updated, base, planned)
+        rules = {p.rule.code: p.rule for p in planned if p is not None}
+        return candidates + [Candidate(rule, proposed, part=f"import:{code}") for code, rule in rules.items()]
+
+    def _planned(self, statement: cst.ImportFrom) -> list[PlannedImport | None]:
+        return [self.ctx.plan.locals.get(a.evaluated_alias or a.evaluated_name) for a in statement.names]  # type: ignore[union-attr]
+
+    def compose(self, updated: cst.CSTNode, applied: Sequence[Candidate]) -> Fixed:
+        """Import statements take every applied rename at once; other nodes have one fix."""
+        rules = {c.rule.code for c in applied}
+        if isinstance(updated, cst.Import):
+            names = []
+            for alias in updated.names:
+                qualified = module_name(alias.name)
+                winner = next((c for c in applied if c.part == qualified), None)
+                fixed_alias = _renamed_alias(alias, winner.rule, qualified) if winner else None
+                names.append(fixed_alias or alias)
+            return updated.with_changes(names=names)
+        if isinstance(updated, cst.ImportFrom):
+            enabled = [p if p is not None and p.rule.code in rules else None for p in self._planned(updated)]
+            return regroup(updated, module_name(updated.module), enabled)
+        return super().compose(updated, applied)
+
+
+def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:
+    new = renamed_by(rule, qualified)
+    return alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None

@@ -1,0 +1,261 @@
+"""`string:` rules: string literals that denote something (a device, a backend, an environment
+variable) because of where they stand: an argument of a known call, a comparison, an
+assignment, a parameter default, a dict key, a subscript. Fixed by regex substitution in place."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import libcst as cst
+from pydantic import Field, model_validator
+
+from npu_migrate.engine.fixes import substitute_string
+from npu_migrate.engine.kinds.arguments import (
+    arguments,
+    callee,
+    callee_is,
+    conditions_hold,
+    static_text,
+    strings_in,
+)
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.names import dotted_parts, name_matches
+from npu_migrate.prefilter import Prefilter
+from npu_migrate.rules.base import Argument, Regex, Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+_STRING = (cst.SimpleString, cst.FormattedString)
+_COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+
+
+class StringContext(Strict):
+    """One place where a string literal denotes the thing the rule is about."""
+
+    argument: Argument | None = None
+    compare: list[str] | None = Field(
+        default=None,
+        description="Globs over the source text of the other operand of ==, != or in.",
+    )
+    assign: list[str] | None = Field(
+        default=None, description="Globs over the assigned name (or attribute name)."
+    )
+    param: list[str] | None = Field(
+        default=None, description="Globs over function parameter names (default values)."
+    )
+    subscript: list[str] | None = Field(
+        default=None, description="Qualified names of the subscripted mapping, e.g. os.environ."
+    )
+    key: list[str] | None = Field(
+        default=None, description="Globs over the dict-literal key whose value this is."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StringContext:
+        given = [k for k, v in self if v is not None]
+        if len(given) != 1:
+            raise ValueError("a 'where' entry needs exactly one of " + ", ".join(type(self).model_fields))
+        return self
+
+
+class StringMatch(Strict):
+    string: Regex = Field(
+        description="Regex that must match the whole literal text; f-string fields read as '{}'."
+    )
+    where: Annotated[list[StringContext], Field(min_length=1)]
+
+
+@dataclass(frozen=True)
+class StringRule:
+    rule: Rule
+    regex: re.Pattern[str]
+    where: tuple[StringContext, ...]
+
+
+class StringKind(Kind[StringMatch]):
+    key = "string"
+    schema = StringMatch
+    fixes = frozenset({"substitute"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.strings = [StringRule(r, re.compile(m.string), tuple(m.where)) for r, m in self.entries]
+
+    @classmethod
+    def overlaps(cls, a: Rule, b: Rule) -> bool:
+        """Two string rules overlap when some context of each can hold the same literal and a
+        literal from either rule's examples matches both regexes (regex intersection is
+        undecidable in general; the examples are the rules' own account of what they match)."""
+        ma, mb = cast(StringMatch, a.match), cast(StringMatch, b.match)
+        if not any(_contexts_overlap(x, y) for x in ma.where for y in mb.where):
+            return False
+        texts = _example_strings(a) | _example_strings(b)
+        return any(re.fullmatch(ma.string, t) and re.fullmatch(mb.string, t) for t in texts)
+
+    def need(self, prefilter: Prefilter) -> None:
+        for string in self.strings:
+            prefilter.need_regex(string.regex.pattern)
+
+    def matcher(self, ctx: FileContext) -> StringMatcher:
+        return StringMatcher(ctx, self)
+
+
+class StringMatcher(Matcher):
+    def __init__(self, ctx: FileContext, kind: StringKind) -> None:
+        super().__init__(ctx)
+        self.strings = kind.strings
+        self.marked: dict[cst.CSTNode, list[Rule]] = {}
+
+    def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
+        for string in strings_in(value):
+            text = static_text(string)
+            if text is not None and string_rule.regex.fullmatch(text):
+                rules = self.marked.setdefault(string, [])
+                if string_rule.rule not in rules:
+                    rules.append(string_rule.rule)
+
+    def _mark_where(self, kind: str, value: cst.BaseExpression | None, accept: Callable[[Any], bool]) -> None:
+        if value is None:
+            return
+        for string_rule in self.strings:
+            for where in string_rule.where:
+                spec = getattr(where, kind)
+                if spec is not None and accept(spec):
+                    self._mark(string_rule, value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qualified = callee(self.ctx, node)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+        for string_rule in self.strings:
+            for where in string_rule.where:
+                place = where.argument
+                if place is None or not callee_is(place, qualified, method):
+                    continue
+                if not conditions_hold(self.ctx, node, place.when, place.signature):
+                    continue
+                for value in arguments(node, place):
+                    self._mark(string_rule, value)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(t.comparator for t in node.comparisons)]
+        for i, target in enumerate(node.comparisons):
+            if not isinstance(target.operator, _COMPARE_OPS):
+                continue
+            left, right = operands[i], operands[i + 1]
+            for value, other in ((left, right), (right, left)):
+                if isinstance(other, _STRING):
+                    continue
+                text = self.ctx.module.code_for_node(other)
+                self._mark_where("compare", value, functools.partial(_glob, text))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._mark_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._mark_assignment(node.target, node.value)
+
+    def _mark_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
+        if isinstance(name, str):
+            self._mark_where("assign", value, lambda globs: _glob(name, globs))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._mark_where("param", node.default, lambda globs: _glob(node.name.value, globs))
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if isinstance(node.key, cst.SimpleString) and isinstance(node.key.evaluated_value, str):
+            key = node.key.evaluated_value
+            self._mark_where("key", node.value, lambda globs: _glob(key, globs))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        parts = dotted_parts(node.value)
+        mapping = self.ctx.table.qualify(parts) if parts else None
+        if mapping is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return
+        index = node.slice[0].slice.value
+        self._mark_where("subscript", index, lambda names: name_matches(mapping, names))
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> list[Candidate]:
+        return self._candidates(original, updated)
+
+    def leave_FormattedString(
+        self, original: cst.FormattedString, updated: cst.FormattedString
+    ) -> list[Candidate]:
+        return self._candidates(original, updated)
+
+    def _candidates(
+        self,
+        original: cst.SimpleString | cst.FormattedString,
+        updated: cst.SimpleString | cst.FormattedString,
+    ) -> list[Candidate]:
+        return [
+            Candidate(
+                rule,
+                substitute_string(updated, rule.fix.substitute) if rule.fix and rule.fix.substitute else None,
+            )
+            for rule in self.marked.get(original, ())
+        ]
+
+
+def _glob(name: str, globs: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _globs_overlap(a: list[str], b: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(x, y) or fnmatch.fnmatchcase(y, x) for x in a for y in b)
+
+
+def _callees_overlap(a: list[str], b: list[str]) -> bool:
+    if "*" in a or "*" in b:
+        return True
+    return any(x == y or name_matches(x, [y]) or name_matches(y, [x]) for x in a for y in b)
+
+
+def _places(place: Argument) -> set[str | int]:
+    """The keywords and positions an argument context reads."""
+    places: set[str | int] = set(place.keyword)
+    places.update(place.signature.index(k) for k in place.keyword if k in place.signature)
+    if place.position is not None:
+        places.add(place.position)
+    return places
+
+
+def _contexts_overlap(a: StringContext, b: StringContext) -> bool:
+    if a.argument is not None and b.argument is not None:
+        return _callees_overlap(a.argument.of, b.argument.of) and bool(
+            _places(a.argument) & _places(b.argument)
+        )
+    if a.subscript is not None and b.subscript is not None:
+        return _callees_overlap(a.subscript, b.subscript)
+    for field in ("compare", "assign", "param", "key"):
+        globs_a, globs_b = getattr(a, field), getattr(b, field)
+        if globs_a is not None and globs_b is not None:
+            return _globs_overlap(globs_a, globs_b)
+    return False
+
+
+@functools.cache
+def _strings_of(code: str) -> frozenset[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return frozenset()
+    found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            found.add("".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values))
+    return frozenset(found)
+
+
+def _example_strings(rule: Rule) -> frozenset[str]:
+    codes = [c for e in rule.examples for c in (e.before, e.after, e.flagged, e.ok) if c]
+    return frozenset().union(*(_strings_of(c) for c in codes))

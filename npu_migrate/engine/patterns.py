@@ -1,0 +1,308 @@
+"""Code patterns with $NAME metavariables: compiled once, matched structurally against CST
+nodes (whitespace, comments and parentheses ignored; dotted names compared after import
+resolution), and fix templates filled with what the metavariables matched."""
+
+from __future__ import annotations
+
+import functools
+import re
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from npu_migrate.engine.names import dotted_parts
+
+METAVARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_PREFIX = "__mv_"
+_IGNORED = (
+    cst.SimpleWhitespace,
+    cst.ParenthesizedWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Newline,
+    cst.Comma,
+    cst.LeftParen,
+    cst.RightParen,
+)
+_LEAF_FIELDS = {
+    cst.Name: "value",
+    cst.Integer: "value",
+    cst.Float: "value",
+    cst.Imaginary: "value",
+    cst.FormattedStringText: "value",
+}
+
+Qualify = Callable[[list[str]], "str | None"]
+Spell = Callable[[str], "tuple[str, str | None]"]
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_code(code: str) -> cst.CSTNode:
+    """An expression, else one simple statement, else one compound statement (a whole `def`).
+    Cached: CST nodes are immutable, and templates and patterns repeat."""
+    try:
+        return cst.parse_expression(code)
+    except cst.ParserSyntaxError:
+        statement = cst.parse_statement(textwrap.dedent(code))
+        if isinstance(statement, cst.SimpleStatementLine):
+            if len(statement.body) != 1:
+                raise ValueError(f"pattern must be one statement: {code!r}") from None
+            return statement.body[0]
+        return statement
+
+
+@dataclass(frozen=True)
+class Pattern:
+    source: str
+    tree: cst.CSTNode
+
+    @classmethod
+    @functools.cache
+    def compile(cls, source: str) -> Pattern:
+        return cls(source, parse_code(METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), source)))
+
+    @functools.cached_property
+    def _anchor(self) -> Callable[[cst.CSTNode], bool]:
+        """A cheap first test that most nodes of the root type fail: the callee's last name for
+        a call, the operator for a binary operation, the name of a def."""
+        tree = self.tree
+        if isinstance(tree, cst.Call):
+            parts = dotted_parts(tree.func)
+            if parts and not parts[-1].startswith(_PREFIX):
+                last = parts[-1]
+                return lambda node: _last_name(node.func) == last  # type: ignore[attr-defined]
+        if isinstance(tree, cst.BinaryOperation):
+            operator = type(tree.operator)
+            return lambda node: type(node.operator) is operator  # type: ignore[attr-defined]
+        if isinstance(tree, cst.FunctionDef):
+            return lambda node: node.name.value == tree.name.value  # type: ignore[attr-defined]
+        return lambda node: True
+
+    @property
+    def key(self) -> str:
+        """What the pattern is anchored on, as overlap keys read: `call:torch.nn.functional.silu`
+        for a call of a fixed callee, else the root node type and its anchor."""
+        tree = self.tree
+        if isinstance(tree, cst.Call) and (parts := dotted_parts(tree.func)) and not _has_metavariable(parts):
+            return "call:" + ".".join(parts)
+        anchor = ""
+        if isinstance(tree, cst.BinaryOperation):
+            anchor = type(tree.operator).__name__
+        elif isinstance(tree, cst.FunctionDef):
+            anchor = tree.name.value
+        elif isinstance(tree, cst.Call):
+            anchor = _last_name(tree.func) or ""
+        return f"{type(tree).__name__}:{anchor}"
+
+    @property
+    def root_type(self) -> type[cst.CSTNode]:
+        return type(self.tree)
+
+    @property
+    def assigned_metavariables(self) -> set[str]:
+        """The metavariables among an assignment pattern's targets (`$A, $B = ...`)."""
+        if not isinstance(self.tree, cst.Assign):
+            return set()
+        targets = cst.Module(body=[]).code_for_node(
+            cst.Tuple([cst.Element(t.target) for t in self.tree.targets])
+        )
+        return set(re.findall(_PREFIX + r"(\w+)", targets))
+
+    @property
+    def words(self) -> set[str]:
+        """What a file must contain for the pattern to match, in the prefilter's tokens: names
+        reached as attributes as `.name`, other names as words (metavariables aside)."""
+        return set(_tokens(self.tree))
+
+    def unifies(self, other: Pattern) -> bool:
+        """Whether some code could match both patterns (guards aside): a metavariable on either
+        side stands for anything."""
+        return _unify(self.tree, other.tree)
+
+    def match(
+        self, node: cst.CSTNode, qualify: Qualify, bound: dict[str, cst.CSTNode] | None = None
+    ) -> dict[str, cst.CSTNode] | None:
+        """The metavariable bindings if `node` matches (consistent with `bound`), else None."""
+        if not self._anchor(node):
+            return None
+        bindings = dict(bound or {})
+        return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def _tokens(node: cst.CSTNode) -> Iterator[str]:
+    if isinstance(node, cst.Attribute):
+        if _metavar(node.attr) is None:
+            yield "." + node.attr.value
+        yield from _tokens(node.value)
+    elif isinstance(node, cst.Name):
+        if _metavar(node) is None:
+            yield node.value
+    else:
+        for child in node.children:
+            yield from _tokens(child)
+
+
+def _has_metavariable(parts: list[str]) -> bool:
+    return any(p.startswith(_PREFIX) for p in parts)
+
+
+def _last_name(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _metavar(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.Name) and node.value.startswith(_PREFIX):
+        return node.value[len(_PREFIX) :]
+    return None
+
+
+def _unify(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    if _metavar(a) is not None or _metavar(b) is not None:
+        return True
+    if type(a) is not type(b):
+        return False
+    leaf = _LEAF_FIELDS.get(type(a))
+    if leaf and getattr(a, leaf) != getattr(b, leaf):
+        return False
+    if isinstance(a, cst.SimpleString):
+        return a.evaluated_value == b.evaluated_value  # type: ignore[attr-defined]
+    mine = [c for c in a.children if not isinstance(c, _IGNORED)]
+    theirs = [c for c in b.children if not isinstance(c, _IGNORED)]
+    return len(mine) == len(theirs) and all(_unify(x, y) for x, y in zip(mine, theirs, strict=True))
+
+
+def _same(
+    pattern: cst.CSTNode,
+    node: cst.CSTNode,
+    bindings: dict[str, cst.CSTNode],
+    qualify: Qualify,
+) -> bool:
+    name = _metavar(pattern)
+    if name is not None:
+        if name in bindings:
+            return bindings[name].deep_equals(node)
+        bindings[name] = node
+        return True
+    if isinstance(pattern, cst.Name | cst.Attribute):
+        wanted = dotted_parts(pattern)
+        if wanted is not None and not any(p.startswith(_PREFIX) for p in wanted):
+            parts = dotted_parts(node) if isinstance(node, cst.BaseExpression) else None
+            if parts is None:
+                return False
+            return (qualify(parts) or ".".join(parts)) == ".".join(wanted)
+    if type(pattern) is not type(node):
+        return False
+    if isinstance(pattern, cst.SimpleString):
+        return pattern.evaluated_value == node.evaluated_value  # type: ignore[attr-defined]
+    leaf = _LEAF_FIELDS.get(type(pattern))
+    if leaf and getattr(pattern, leaf) != getattr(node, leaf):
+        return False
+    mine = [c for c in pattern.children if not isinstance(c, _IGNORED)]
+    theirs = [c for c in node.children if not isinstance(c, _IGNORED)]
+    return len(mine) == len(theirs) and all(
+        _same(p, n, bindings, qualify) for p, n in zip(mine, theirs, strict=True)
+    )
+
+
+class _Spelling(cst.CSTTransformer):
+    """Rewrites the qualified dotted names of a template the way the file spells them."""
+
+    def __init__(self, spell: Spell) -> None:
+        super().__init__()
+        self.spell = spell
+        self.needed: list[str] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return dotted_parts(node) is None
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        parts = dotted_parts(original)
+        if parts is None or any(p.startswith(_PREFIX) for p in parts):
+            return updated
+        code, module = self.spell(".".join(parts))
+        if module:
+            self.needed.append(module)
+        return cst.parse_expression(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+
+_ATOMIC = (
+    cst.Name,
+    cst.Attribute,
+    cst.Call,
+    cst.Subscript,
+    cst.SimpleString,
+    cst.FormattedString,
+    cst.ConcatenatedString,
+    cst.Integer,
+    cst.Float,
+    cst.Imaginary,
+    cst.List,
+    cst.Tuple,
+    cst.Dict,
+    cst.Set,
+)
+
+
+def placeholders(code: str) -> str:
+    return METAVARIABLE.sub(lambda m: _PREFIX + m.group(1), code)
+
+
+class _Fill(cst.CSTTransformer):
+    """Puts each metavariable's code in place (parenthesised where an operator needs it), and
+    drops keyword arguments whose value needs a metavariable that is not bound."""
+
+    def __init__(self, codes: dict[str, str]) -> None:
+        super().__init__()
+        self.codes = codes
+        self.bare: set[cst.CSTNode] = set()
+        self.dropped: set[cst.Arg] = set()
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        self.bare.add(node.value)
+        wanted = re.findall(_PREFIX + r"(\w+)", cst.Module(body=[]).code_for_node(node.value))
+        if node.keyword is not None and any(w not in self.codes for w in wanted):
+            self.dropped.add(node)
+            return False
+        return True
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg | cst.RemovalSentinel:
+        return cst.RemoveFromParent() if original in self.dropped else updated
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        args = list(updated.args)
+        if args and len(args) < len(original.args):  # an argument was dropped: no dangling comma
+            args[-1] = args[-1].with_changes(comma=original.args[-1].comma)
+        return updated.with_changes(args=args)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if not original.value.startswith(_PREFIX):
+            return updated
+        name = original.value[len(_PREFIX) :]
+        if name not in self.codes:
+            raise ValueError(f"${name} is not bound here")
+        value = cst.parse_expression(self.codes[name])
+        if original in self.bare or isinstance(value, _ATOMIC) or value.lpar:
+            return value
+        return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def fill(template: str, codes: dict[str, str], spell: Spell) -> tuple[cst.CSTNode, list[str]]:
+    """Fill a fix template with the code of each bound metavariable; qualified names in the
+    template are spelled through the file's imports. Returns the node and modules to import.
+    Raises ValueError when a metavariable the template needs outside an optional keyword
+    argument is not bound."""
+    spelling = _Spelling(spell)
+    spelled = parse_code(placeholders(template)).visit(spelling)
+    assert isinstance(spelled, cst.CSTNode)  # a template's root is never removed or flattened
+    tree = spelled.visit(_Fill(codes))
+    assert isinstance(tree, cst.CSTNode)
+    return tree, spelling.needed
+
+
+def code_of(node: cst.CSTNode, module: cst.Module) -> str:
+    return module.code_for_node(node).strip()

@@ -1,0 +1,64 @@
+"""The one pass: a libcst transformer that knows no rule and no match kind. It runs the facts'
+hooks, then every kind's hooks for the node; on the way up it settles the kinds' candidates by
+rule precedence and puts the winning fix in place."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+from npu_migrate.engine.context import FileContext
+from npu_migrate.engine.kinds.base import Candidate, LeaveHook, Matcher, VisitHook, hooks_of
+
+
+class Transformer(cst.CSTTransformer):
+    def __init__(self, ctx: FileContext, matchers: Sequence[Matcher]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        facts_visits, facts_leaves = hooks_of(ctx.facts)
+        self.visits: dict[type, list[VisitHook]] = defaultdict(list)
+        self.fact_leaves: dict[type, Callable[[cst.CSTNode], object]] = dict(facts_leaves)  # type: ignore[arg-type]
+        self.leaves: dict[type, list[tuple[Matcher, LeaveHook]]] = defaultdict(list)
+        for node_type, hook in facts_visits.items():
+            self.visits[node_type].append(hook)
+        for matcher in matchers:
+            visits, leaves = matcher.hooks()
+            for node_type, hook in visits.items():
+                self.visits[node_type].append(hook)
+            for node_type, leave in leaves.items():
+                self.leaves[node_type].append((matcher, leave))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """Every hook sees the node; any of them may keep the walk out of its children."""
+        descend = True
+        for hook in self.visits.get(type(node), ()):
+            if hook(node) is False:
+                descend = False
+        return descend
+
+    def on_leave(  # type: ignore[override]  # libcst's signature ties both nodes to one type
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
+        fact = self.fact_leaves.get(type(original_node))
+        if fact is not None:
+            fact(original_node)
+        leaves = self.leaves.get(type(original_node))
+        if not leaves:
+            return updated_node
+        owners: dict[int, Matcher] = {}
+        candidates: list[Candidate] = []
+        for matcher, leave in leaves:
+            for candidate in leave(original_node, updated_node):
+                owners[id(candidate)] = matcher
+                candidates.append(candidate)
+        if not candidates:
+            return updated_node
+        winners = self.ctx.settle(candidates)
+        applied = [w for w in winners if self.ctx.enabled_for(w)]
+        owner = owners[id(applied[0])] if applied else None
+        applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
+        for winner in winners:
+            self.ctx.record(original_node, winner, applied=winner in applied)
+        return owner.compose(updated_node, applied) if owner else updated_node

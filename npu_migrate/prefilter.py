@@ -1,0 +1,61 @@
+"""The cheap first test before parsing: from the words a file contains, can any rule match it?
+Each match kind tells the prefilter what its rules need (all words of one alternative, or for
+string rules a regex right after a quote); a file that satisfies none is not parsed."""
+
+from __future__ import annotations
+
+import re
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
+IMPORTED = re.compile(
+    r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE
+)
+
+
+def accessed(name: str) -> str:
+    """The token for `name` reached as an attribute or imported by name (`.load`), which
+    is much rarer in a file than the bare word (`load`)."""
+    return "." + name
+
+
+def components(pattern: str) -> frozenset[str]:
+    """What a file must contain for a qualified-name pattern to resolve in it: every
+    component appears in the import that binds the name or in its use, and the last one is
+    reached as an attribute or named in an import."""
+    parts = [p for p in pattern.split(".") if p != "*"]
+    if len(parts) == 1 or pattern.endswith(".*"):
+        return frozenset(parts)
+    return frozenset([*parts[:-1], accessed(parts[-1])])
+
+
+def tokens(text: str) -> set[str]:
+    """The words of a file, plus `.name` for names used as attributes or imported by name."""
+    found = set(WORD.findall(text))
+    found.update(accessed(w) for w in ATTRIBUTE.findall(text))
+    for names in IMPORTED.findall(text):
+        found.update(accessed(w) for w in WORD.findall(names))
+    return found
+
+
+class Prefilter:
+    def __init__(self) -> None:
+        self.alternatives: set[frozenset[str]] = set()
+        self._regexes: list[str] = []
+        self._regex: re.Pattern[str] | None = None
+
+    def need(self, *alternatives: frozenset[str]) -> None:
+        """A rule matches only in files that contain every token of one of `alternatives`."""
+        self.alternatives.update(alternatives)
+
+    def need_regex(self, regex: str) -> None:
+        """A string rule: its regex must match a literal's whole text, so in the source it
+        starts right after an opening quote (prose in comments does not count)."""
+        self._regexes.append(regex)
+        self._regex = re.compile("(?<=[\"'])(?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
+
+    def may_match(self, text: str) -> bool:
+        if self._regex is not None and self._regex.search(text):
+            return True
+        found = tokens(text)
+        return any(needs <= found for needs in self.alternatives)

@@ -1,0 +1,62 @@
+"""The change list: every edit and every finding left, per file and line, in the columns of
+Ascend's own migration tool (CSV), with a JSON twin."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.report.summary import message
+from npu_migrate.write import write_atomic
+
+CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Message"]
+
+
+def change_rows(outcomes: list[FileOutcome]) -> list[dict]:
+    rows = []
+    for outcome in outcomes:
+        display = outcome.file.display
+        for line, module in outcome.result.added_imports:
+            rows.append(_row(display, line, line, "INSERT", f"import {module}", None))
+        for line, name in outcome.result.removed_imports:
+            rows.append(_row(display, line, line, "DELETE", f"unused import of {name}", None))
+        for finding in outcome.result.findings:
+            if finding.applied:
+                kind, text = "MODIFY", f"{message(finding)} → {finding.replacement}"
+            elif finding.replacement is not None:
+                kind, text = "UNSUPPORTED", f"{message(finding)} (unsafe fix not applied: use --unsafe)"
+            else:
+                kind, text = "UNSUPPORTED", message(finding)
+            rows.append(_row(display, finding.line, finding.end_line, kind, text, finding))
+    return sorted(rows, key=lambda r: (r["File"], r["Start Line"]))
+
+
+def _row(display: str, start: int, end: int, kind: str, text: str, finding: Finding | None) -> dict:
+    row = {
+        "File": display,
+        "Start Line": start,
+        "End Line": end,
+        "Operation Type": kind,
+        "Message": text,
+    }
+    if finding is not None:
+        row["Rule"] = finding.rule.code
+    return row
+
+
+def write_change_list(path: Path, outcomes: list[FileOutcome]) -> tuple[Path, Path]:
+    rows = change_rows(outcomes)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(
+        buffer, fieldnames=CHANGE_LIST_COLUMNS, extrasaction="ignore", lineterminator="\n"
+    )
+    writer.writeheader()
+    writer.writerows(rows)
+    csv_path = path.with_suffix(".csv")
+    json_path = path.with_suffix(".json")
+    write_atomic(csv_path, buffer.getvalue().encode("utf-8"))
+    write_atomic(json_path, (json.dumps(rows, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    return csv_path, json_path

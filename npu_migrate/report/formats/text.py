@@ -1,0 +1,63 @@
+"""The terminal report: one line per finding, problems, and the summary table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.report.summary import Summary, all_findings, message
+
+
+def write(console: Console, outcomes: list[FileOutcome], summary: Summary) -> None:
+    print_findings(console, all_findings(outcomes))
+    print_summary(console, summary)
+
+
+def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> None:
+    for display, finding in findings:
+        rule = finding.rule
+        where = f"{display}:{finding.line}:{finding.column}"
+        fix = rule.applicability.value if finding.replacement is not None else "manual"
+        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {escape(message(finding))}"
+        if finding.replacement is not None:
+            line += f" [green]→ {escape(finding.replacement.splitlines()[0])}[/]"
+        console.print(line)
+
+
+def print_problems(console: Console, summary: Summary) -> None:
+    """Files that could not be parsed, and files skipped on purpose."""
+    for display, error in summary.errors:
+        console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
+    for display, reason in summary.skipped:
+        console.print(f"[yellow]skipped[/] {display}: {reason}")
+
+
+def print_summary(console: Console, summary: Summary) -> None:
+    print_problems(console, summary)
+    if not summary.findings:
+        console.print(f"No CUDA-specific code found in {summary.files} file(s).")
+        return
+    table = Table(title="CUDA touchpoints by category", title_justify="left")
+    table.add_column("category")
+    for column in ("safe", "unsafe", "manual", "total"):
+        table.add_column(column, justify="right")
+    for category, counts in summary.by_category.items():
+        values = [counts.get(k, 0) for k in ("safe", "unsafe", "manual")]
+        table.add_row(category, *map(str, values), str(sum(values)))
+    console.print(table)
+    console.print(
+        f"{summary.findings} finding(s) in {summary.files_with_findings} of {summary.files} file(s): "
+        f"{summary.automatic} migrate automatically ({summary.automatic_share:.0%}), "
+        f"{summary.opt_in} more with --unsafe, "
+        f"{summary.manual} need a human, {summary.notes} note(s).",
+    )
+    if summary.overridden:
+        total = sum(summary.overridden.values())
+        codes = ", ".join(f"{code} ({n})" for code, n in summary.overridden.items())
+        console.print(f"{total} catalog finding(s) overridden by your rules: {codes}")
+    if summary.manual_by_file:
+        console.print(
+            "Most manual work: " + ", ".join(f"{f} ({n})" for f, n in summary.manual_by_file[:5]),
+        )

@@ -1,0 +1,110 @@
+"""What a run found, counted: by category and fix safety, the automatic share, the files with
+the most manual work, and every finding as a plain record that output formats share."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.rules.base import Applicability, Severity
+
+
+def message(finding: Finding) -> str:
+    return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
+
+
+@dataclass(frozen=True)
+class Summary:
+    files: int
+    files_with_findings: int
+    findings: int
+    by_category: dict[str, Counter[str]]
+    automatic: int  # findings a default (safe) apply migrates
+    opt_in: int  # findings an --unsafe apply migrates as well
+    notes: int  # report-only findings of severity info: nothing to do, worth knowing
+    manual_by_file: list[tuple[str, int]]
+    skipped: list[tuple[str, str]]
+    errors: list[tuple[str, str]]
+    overridden: dict[str, int]  # catalog rule code -> findings a user rule replaced
+
+    @property
+    def manual(self) -> int:
+        return self.findings - self.automatic - self.opt_in - self.notes
+
+    @property
+    def automatic_share(self) -> float:
+        return self.automatic / self.findings if self.findings else 1.0
+
+    @classmethod
+    def of(cls, outcomes: list[FileOutcome]) -> Summary:
+        by_category: dict[str, Counter[str]] = {}
+        manual: Counter[str] = Counter()
+        overridden: Counter[str] = Counter()
+        automatic = opt_in = notes = total = 0
+        for outcome in outcomes:
+            overridden.update(outcome.result.overridden)
+            for finding in outcome.result.findings:
+                total += 1
+                rule = finding.rule
+                by_category.setdefault(rule.category, Counter())[rule.applicability.value] += 1
+                fixable = finding.replacement is not None
+                automatic += fixable and rule.applicability is Applicability.safe
+                opt_in += fixable and rule.applicability is Applicability.unsafe
+                if not fixable and rule.severity is Severity.info:
+                    notes += 1
+                elif not fixable:
+                    manual[outcome.file.display] += 1
+        return cls(
+            files=len(outcomes),
+            files_with_findings=sum(bool(o.result.findings) for o in outcomes),
+            findings=total,
+            by_category=dict(sorted(by_category.items())),
+            automatic=automatic,
+            opt_in=opt_in,
+            notes=notes,
+            manual_by_file=manual.most_common(10),
+            skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
+            errors=[(o.file.display, o.result.error) for o in outcomes if o.result.error],
+            overridden=dict(sorted(overridden.items())),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "files": self.files,
+            "files_with_findings": self.files_with_findings,
+            "findings": self.findings,
+            "automatic": self.automatic,
+            "opt_in_unsafe": self.opt_in,
+            "manual": self.manual,
+            "notes": self.notes,
+            "automatic_share": round(self.automatic_share, 4),
+            "by_category": {k: dict(v) for k, v in self.by_category.items()},
+            "most_manual_work": [{"file": f, "manual": n} for f, n in self.manual_by_file],
+            "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
+            "errors": [{"file": f, "error": e} for f, e in self.errors],
+            "overridden": self.overridden,
+        }
+
+
+def finding_dict(display: str, finding: Finding) -> dict:
+    rule = finding.rule
+    return {
+        "file": display,
+        "line": finding.line,
+        "column": finding.column,
+        "end_line": finding.end_line,
+        "code": rule.code,
+        "name": rule.name,
+        "category": rule.category,
+        "severity": rule.severity.value,
+        "applicability": rule.applicability.value,
+        "message": message(finding),
+        "original": finding.code,
+        "replacement": finding.replacement,
+        "applied": finding.applied,
+    }
+
+
+def all_findings(outcomes: list[FileOutcome]) -> list[tuple[str, Finding]]:
+    return [(o.file.display, f) for o in outcomes for f in o.result.findings]

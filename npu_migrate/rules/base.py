@@ -1,0 +1,84 @@
+"""The building blocks of the rule-file format that every match kind may use: strict models,
+fix safety, severity, and where an argument sits in a call."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+Names = Annotated[list[str], Field(min_length=1)]
+
+
+def _compiles(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regex: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Applicability(str, Enum):
+    safe = "safe"  # exact equivalent: applied by default
+    unsafe = "unsafe"  # may change behaviour: applied only with --unsafe
+    manual = "manual"  # report only: a human must act
+
+
+class Severity(str, Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+class ArgCondition(Strict):
+    """A condition on one argument of a matched call."""
+
+    string: Regex | None = Field(default=None, description="Regex the string value must match.")
+    name: list[str] | None = Field(default=None, description="Qualified names the value must resolve to.")
+    present: bool | None = Field(default=None, description="Whether the argument must be given.")
+    code: list[str] | None = Field(
+        default=None, description="Source texts the value must be one of, e.g. ['True']."
+    )
+    default: str | None = Field(
+        default=None, description="The code an absent argument stands for, for the `code` check."
+    )
+    simple: bool | None = Field(
+        default=None,
+        description="The value must be a plain name or attribute chain (safe to repeat in a fix).",
+    )
+
+
+class Argument(Strict):
+    """Where an argument sits in a call: by keyword name (also found positionally through
+    `signature`) or by position."""
+
+    of: Names = Field(
+        description="Callees: qualified names ('torch.device', 'torch.cuda.*'), '.name' for a "
+        "method on any receiver, or '*' for any call."
+    )
+    keyword: list[str] = Field(default_factory=list, description="Parameter names to look at.")
+    position: int | None = Field(default=None, ge=0, description="Positional index to look at.")
+    signature: list[str] = Field(
+        default_factory=list,
+        description="The callee's positional parameter names, so a parameter passed positionally "
+        "is found by name.",
+    )
+    when: dict[str, ArgCondition] = Field(
+        default_factory=dict,
+        description="Conditions on the call's other arguments, by parameter name (see signature).",
+    )
+
+    @model_validator(mode="after")
+    def _needs_a_place(self) -> Argument:
+        if not self.keyword and self.position is None:
+            raise ValueError("an argument needs 'keyword' or 'position'")
+        return self

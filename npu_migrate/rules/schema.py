@@ -1,0 +1,188 @@
+"""The rule-file format: pydantic models are the one source of truth for validation and the
+published JSON Schema. The `match:` mapping is one of the registered match kinds' schemas."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any, Union
+
+from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from npu_migrate.engine.kinds import KINDS, kind_of
+from npu_migrate.engine.patterns import METAVARIABLE
+from npu_migrate.rules.base import Applicability, Regex, Severity, Strict
+
+# Built-in codes are NPU + 3 digits; a team's own rules take their own prefix (ACME101).
+CODE_PATTERN = r"^[A-Z]{2,8}\d{3}$"
+MATCH_KEYS = [kind.key for kind in KINDS]
+
+
+def _match_key(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return next((key for key in MATCH_KEYS if key in value), None)
+    return next((kind.key for kind in KINDS if isinstance(value, kind.schema)), None)
+
+
+if TYPE_CHECKING:
+    Match = Strict
+else:
+    Match = Annotated[
+        Union[tuple(Annotated[kind.schema, Tag(kind.key)] for kind in KINDS)],  # noqa: UP007
+        Discriminator(
+            _match_key,
+            custom_error_type="match_kind",
+            custom_error_message="match needs one of: " + ", ".join(MATCH_KEYS),
+        ),
+    ]
+
+
+class KeywordEdit(Strict):
+    set: dict[str, str] = Field(
+        default_factory=dict, description="Keyword -> Python expression to set (added if absent)."
+    )
+    rename: dict[str, str] = Field(default_factory=dict, description="Old keyword -> new keyword.")
+    drop: list[str] = Field(default_factory=list, description="Keywords to remove.")
+
+
+class Substitute(Strict):
+    pattern: Regex = Field(description="Regex applied to the string literal's text.")
+    to: str = Field(alias="with", description="Replacement text (regex backreferences allowed).")
+
+
+class Fix(Strict):
+    rename: dict[str, str] | None = Field(
+        default=None,
+        description="Qualified-name prefix (or method / attribute name) -> its replacement.",
+    )
+    template: str | None = Field(
+        default=None,
+        description="Replacement code; $NAME inserts what a pattern metavariable matched, or for a "
+        "call match the argument of that parameter. A keyword argument whose value needs an "
+        "absent argument (without a default) is left out.",
+    )
+    defaults: dict[str, str] = Field(
+        default_factory=dict,
+        description="For call templates: code standing for an absent argument (may use $NAME).",
+    )
+    substitute: list[Substitute] | None = Field(
+        default=None, description="Regex replacements applied in order to a string literal's text."
+    )
+    keywords: KeywordEdit | None = None
+    drop_unused_imports: list[str] = Field(
+        default_factory=list,
+        description="Qualified names whose imports are removed once the fix leaves them unused "
+        "(e.g. flash_attn.flash_attn_func, which an NPU host cannot import).",
+    )
+    add_import: list[str] = Field(
+        default_factory=lambda: ["torch_npu"],
+        description="Modules the fixed code needs imported (default: torch_npu).",
+    )
+
+    @model_validator(mode="after")
+    def _one_edit(self) -> Fix:
+        edits = [k for k in ("rename", "template", "substitute", "keywords") if getattr(self, k)]
+        if len(edits) != 1:
+            raise ValueError("a fix needs exactly one of rename, template, substitute, keywords")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("rename", "template", "substitute", "keywords") if getattr(self, k))
+
+
+# ---------------------------------------------------------------- examples and rules
+
+
+class Example(Strict):
+    before: str | None = Field(default=None, description="Code the fix rewrites ...")
+    after: str | None = Field(default=None, description="... into exactly this.")
+    flagged: str | None = Field(default=None, description="Code reported but left unchanged.")
+    ok: str | None = Field(default=None, description="Code the rule must not touch or report.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Example:
+        if (self.before is None) != (self.after is None):
+            raise ValueError("'before' and 'after' come together")
+        given = sum(x is not None for x in (self.before, self.flagged, self.ok))
+        if given != 1:
+            raise ValueError("an example is one of: before/after, flagged, ok")
+        return self
+
+
+class Rule(Strict):
+    code: str = Field(
+        pattern=CODE_PATTERN, description="Stable code: a prefix (NPU for the built-in rules) + 3 digits."
+    )
+    name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="Short kebab-case name.")
+    summary: str = Field(description="What the rule finds, one line.")
+    why: str = Field(description="Why it matters on Ascend and what to do.")
+    message: str = Field(description="The finding's text; {match} is the matched code.")
+    applicability: Applicability
+    severity: Severity
+    match: Match
+    fix: Fix | None = None
+    examples: Annotated[list[Example], Field(min_length=1)]
+    supersedes: list[Annotated[str, Field(pattern=CODE_PATTERN)]] = Field(
+        default_factory=list,
+        description="Codes of rules this one wins over where both match the same node (a specific "
+        "rewrite over the generic report). Rules of one layer that can match the same node must "
+        "declare their order; a user's rule always wins over the catalog.",
+    )
+    # Set on load from the rule file, never written in it (hidden from the published schema).
+    category: SkipJsonSchema[str] = ""
+    source: SkipJsonSchema[str] = ""
+    builtin: SkipJsonSchema[bool] = False  # from the catalog shipped with the tool
+
+    @model_validator(mode="after")
+    def _fix_fits(self) -> Rule:
+        if (self.applicability is Applicability.manual) != (self.fix is None):
+            raise ValueError("manual rules have no fix; safe and unsafe rules need one")
+        kind = kind_of(self.match)
+        if self.fix and self.fix.kind not in kind.fixes:
+            able = [k.key for k in KINDS if self.fix.kind in k.fixes]
+            raise ValueError(f"a {self.fix.kind} fix needs a {' or '.join(able)} match")
+        if self.fix and self.fix.template:
+            used = METAVARIABLE.findall(self.fix.template + " ".join(self.fix.defaults.values()))
+            unbound = set(used) - kind.bindable(self.match)
+            if unbound:
+                raise ValueError(
+                    f"the template uses ${', $'.join(sorted(unbound))}, which the match does not bind"
+                )
+        if self.code in self.supersedes:
+            raise ValueError("a rule cannot supersede itself")
+        fixing = [e for e in self.examples if e.before is not None]
+        if self.fix is None and fixing:
+            raise ValueError("manual rules use 'flagged' examples, not before/after")
+        if self.fix is not None and not fixing:
+            raise ValueError("a rule with a fix needs at least one before/after example")
+        return self
+
+    @property
+    def match_kind(self) -> str:
+        return kind_of(self.match).key
+
+
+class RuleFile(Strict):
+    category: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    codes: str = Field(
+        pattern=r"^[A-Z]{2,8}\d(xx|\dx)$",
+        description="The block of codes this file owns: NPU1xx (100-199), NPU90x (900-909), ACME1xx.",
+    )
+    description: str
+    rules: Annotated[list[Rule], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _codes_in_block(self) -> RuleFile:
+        for rule in self.rules:
+            if not rule.code.startswith(self.codes.rstrip("x")):
+                raise ValueError(f"rule {rule.code} lies outside this file's block {self.codes}")
+        return self
+
+
+def json_schema() -> str:
+    """The JSON Schema of a rule file, for editors (generated, never hand-written)."""
+    schema = RuleFile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "npu-migrate rule file"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

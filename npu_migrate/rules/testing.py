@@ -1,0 +1,59 @@
+"""Runs each rule's own examples: before/after pairs must rewrite exactly (and stay put when
+rewritten again), flagged snippets must be reported unchanged, ok snippets left alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.rules.base import Applicability
+from npu_migrate.rules.schema import Example, Rule
+
+ALL_FIXES = frozenset({Applicability.safe, Applicability.unsafe})
+
+
+@dataclass(frozen=True)
+class ExampleFailure:
+    rule: Rule
+    number: int  # 1-based position in the rule's examples
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.rule.source}: rule {self.rule.code} example {self.number}: {self.problem}"
+
+
+def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) -> str | None:
+    """None when the example holds, else what went wrong."""
+    index = index or RuleIndex([rule])
+    code = example.before or example.flagged or example.ok or ""
+    result = migrate_source(code.encode(), index, ALL_FIXES)
+    if result.error:
+        return f"example does not parse: {result.error}"
+    got = result.new_source.decode() if result.new_source is not None else code
+    found = [f for f in result.findings if f.rule.code == rule.code]
+    if example.ok is not None:
+        if found or result.new_source is not None:
+            return f"expected no finding and no change, got {len(found)} finding(s):\n{got}"
+        return None
+    if not found:
+        return "expected a finding, got none"
+    if example.flagged is not None:
+        return None if result.new_source is None else f"expected no change, got:\n{got}"
+    if got != example.after:
+        return f"expected:\n{example.after}\ngot:\n{got}"
+    again = migrate_source(got.encode(), index, ALL_FIXES)
+    if again.new_source is not None:
+        return f"not idempotent; a second run gave:\n{again.new_source.decode()}"
+    return None
+
+
+def check_rules(rules: list[Rule]) -> list[ExampleFailure]:
+    failures = []
+    for rule in rules:
+        index = RuleIndex([rule])
+        for number, example in enumerate(rule.examples, start=1):
+            problem = check_example(rule, example, index)
+            if problem:
+                failures.append(ExampleFailure(rule, number, problem))
+    return failures
