@@ -3,12 +3,34 @@ did to it. Plain data only, so reports, caches and tests need no engine to read 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from npu_migrate.rules.schema import Rule
+
+class Applicability(str, Enum):
+    safe = "safe"  # exact equivalent: applied by default
+    unsafe = "unsafe"  # may change behaviour: applied only with --unsafe
+    manual = "manual"  # report only: a human must act
+
+
+class Severity(str, Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What a report needs to know of the rule behind a finding."""
+
+    code: str
+    name: str
+    category: str
+    severity: Severity
+    applicability: Applicability
+    message: str  # the finding's text; {match} is the matched code
 
 
 @dataclass(frozen=True)
@@ -21,7 +43,7 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class Finding:
-    rule: Rule
+    rule: RuleInfo
     line: int
     column: int
     end_line: int
@@ -40,6 +62,35 @@ class FileResult:
     overridden: list[str] = field(default_factory=list)  # codes of catalog findings a user rule replaced
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # set when the file could not be parsed
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain-JSON form (for the result cache); `from_json` reads it back unchanged."""
+        data = asdict(self)
+        data["new_source"] = None if self.new_source is None else self.new_source.decode("latin-1")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FileResult:
+        findings = []
+        for finding in data["findings"]:
+            rule = finding["rule"]
+            info = RuleInfo(
+                **{
+                    **rule,
+                    "severity": Severity(rule["severity"]),
+                    "applicability": Applicability(rule["applicability"]),
+                }
+            )
+            findings.append(Finding(**{**finding, "rule": info}))
+        new_source = data["new_source"]
+        return cls(
+            findings=findings,
+            added_imports=[(line, name) for line, name in data["added_imports"]],
+            removed_imports=[(line, name) for line, name in data["removed_imports"]],
+            overridden=data["overridden"],
+            new_source=None if new_source is None else new_source.encode("latin-1"),
+            error=data["error"],
+        )
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ def test_rules_list_show_and_test(tmp_path: Path) -> None:
     for heading in ("What it does", "Why", "Fix safety", "Example"):
         assert heading in page.stdout
     assert run_cli("rules", "show", "NPU999", cwd=tmp_path).returncode == 2
-    from npu_migrate.rules.load import builtin_rules_dir
+    from npu_migrate.rules.files import builtin_rules_dir
 
     tested = run_cli("rules", "test", builtin_rules_dir(), cwd=tmp_path)
     assert tested.returncode == 0 and " 0 failed" in tested.stdout

@@ -40,7 +40,8 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
         capture_output=True,
     )
     probe = (
-        "from npu_migrate.rules.load import builtin_rules_dir, load_rules\n"
+        "from npu_migrate.rules.files import builtin_rules_dir\n"
+        "from npu_migrate.rules.load import load_rules\n"
         "print(builtin_rules_dir()); print(len(load_rules()))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}

@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from npu_migrate.rules.load import RuleError, builtin_rules_dir, load_rule_file, load_rules
+from npu_migrate.rules.files import RuleError, builtin_rules_dir
+from npu_migrate.rules.load import load_rule_file, load_rules
 from npu_migrate.rules.schema import json_schema
 from npu_migrate.rules.testing import check_example
 

@@ -10,11 +10,12 @@ import typer
 
 from npu_migrate.cli import common
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.model import Applicability
+from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
 from npu_migrate.report.summary import Summary, all_findings
-from npu_migrate.rules.base import Applicability
 from npu_migrate.write import write_outcomes
 
 
@@ -40,9 +41,10 @@ def apply(
     ] = Path("npu-migrate-changes.csv"),
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
+    no_cache: common.NoCache = False,
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
-    loaded = common.load(rules)
+    source = RuleSource(rules or [])
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             common.fail("--out takes exactly one folder to copy")
@@ -50,7 +52,8 @@ def apply(
             common.fail(f"--out {out_dir} already exists and is not empty")
         if out_dir.resolve().is_relative_to(paths[0].resolve()):
             common.fail("--out must lie outside the folder being migrated")
-    outcomes = common.run(common.find_files(paths, max_size), loaded, enabled_fixes(unsafe), jobs)
+    files = common.find_files(paths, max_size)
+    outcomes = common.run(files, source, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:

@@ -6,19 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from npu_migrate.cache import ResultCache
 from npu_migrate.discover import discover
-from npu_migrate.model import FileOutcome, SourceFile
-from npu_migrate.pipeline import default_jobs, run_rules
-from npu_migrate.rules.base import Applicability
-from npu_migrate.rules.load import RuleError, load_rules
-from npu_migrate.rules.schema import Rule
+from npu_migrate.model import Applicability, FileOutcome, SourceFile
+from npu_migrate.pipeline import RuleSource, default_jobs, run_rules, salt
+
+if TYPE_CHECKING:
+    from npu_migrate.rules.schema import Rule
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -37,6 +38,10 @@ Emulate = Annotated[
         help="Force the NPU emulation on or off (default: emulate when no real torch_npu imports).",
     ),
 ]
+NoCache = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Look at every file again, ignoring (and not filling) the result cache."),
+]
 Jobs = Annotated[
     int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: one per CPU).")
 ]
@@ -52,6 +57,10 @@ def needs_torch(command: str, missing: ImportError) -> NoReturn:
 
 
 def load(extra: list[Path] | None) -> list[Rule]:
+    """The catalog and the user's rule files, or a one-line error."""
+    from npu_migrate.rules.files import RuleError
+    from npu_migrate.rules.load import load_rules
+
     try:
         return load_rules(extra or [])
     except RuleError as exc:
@@ -84,7 +93,18 @@ def progress(total: int, label: str) -> Iterator[Callable[[], None]]:
 
 
 def run(
-    files: list[SourceFile], rules: list[Rule], enabled: frozenset[Applicability], jobs: int | None
+    files: list[SourceFile],
+    rules: RuleSource,
+    enabled: frozenset[Applicability],
+    jobs: int | None,
+    use_cache: bool = True,
 ) -> list[FileOutcome]:
-    with progress(len(files), "migrating" if enabled else "scanning") as advance:
-        return run_rules(files, rules, enabled, advance, jobs or default_jobs())
+    """The rules over the files, with a progress display; rule-file errors end the run here."""
+    from npu_migrate.rules.files import RuleError
+
+    try:
+        cache = ResultCache(salt=salt(rules, enabled)) if use_cache else None
+        with progress(len(files), "migrating" if enabled else "scanning") as advance:
+            return run_rules(files, rules, enabled, advance, jobs or default_jobs(), cache)
+    except RuleError as exc:
+        fail(str(exc))

@@ -7,16 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markdown import Markdown
 from rich.markup import escape
 from rich.table import Table
 
 from npu_migrate.cli import common
-from npu_migrate.rules import docs as rule_docs
-from npu_migrate.rules.load import RuleError, builtin_rules_dir, load_rules, rule_files
-from npu_migrate.rules.precedence import overlapped_catalog
-from npu_migrate.rules.schema import json_schema
-from npu_migrate.rules.testing import check_rules
+from npu_migrate.rules.files import RuleError, builtin_rules_dir, rule_files
+
+# The rule engine is imported inside each command: `npu-migrate --help` and a scan whose results
+# are all cached never need it.
 
 
 def list_rules(rules: common.RulesOption = None) -> None:
@@ -29,6 +27,10 @@ def list_rules(rules: common.RulesOption = None) -> None:
 
 def show(code: str, rules: common.RulesOption = None) -> None:
     """One rule's page: what it does, why, its fix safety and an example."""
+    from rich.markdown import Markdown
+
+    from npu_migrate.rules import docs as rule_docs
+
     rule = next((r for r in common.load(rules) if r.code == code.upper()), None)
     if rule is None:
         common.fail(f"no rule {code}; see `npu-migrate rules list`")
@@ -37,12 +39,18 @@ def show(code: str, rules: common.RulesOption = None) -> None:
 
 def docs(rules: common.RulesOption = None) -> None:
     """Print the rule catalog as Markdown (docs/rules.md is generated with this)."""
+    from npu_migrate.rules import docs as rule_docs
+
     sys.stdout.write(rule_docs.catalog(common.load(rules)))
 
 
 def test(files: Annotated[list[Path], typer.Argument(help="Rule files or folders.")]) -> None:
     """Run the examples of the given rule files (exit 1 on any failure), and list the catalog
     rules each of your rules overlaps: where both match the same code, yours wins."""
+    from npu_migrate.rules.load import load_rules
+    from npu_migrate.rules.precedence import overlapped_catalog
+    from npu_migrate.rules.testing import check_rules
+
     try:
         given = {str(path) for path in rule_files(files)}
         builtin = builtin_rules_dir().resolve()
@@ -73,4 +81,6 @@ def test(files: Annotated[list[Path], typer.Argument(help="Rule files or folders
 
 def schema() -> None:
     """Print the JSON Schema of rule files (for editors)."""
+    from npu_migrate.rules.schema import json_schema
+
     sys.stdout.write(json_schema())

@@ -9,6 +9,7 @@ import typer
 
 from npu_migrate.cli import common
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.formats import FORMATS
 from npu_migrate.report.summary import Summary
 
@@ -21,9 +22,11 @@ def scan(
     rules: common.RulesOption = None,
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
+    no_cache: common.NoCache = False,
 ) -> None:
     """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
-    outcomes = common.run(common.find_files(paths, max_size), common.load(rules), frozenset(), jobs)
+    files = common.find_files(paths, max_size)
+    outcomes = common.run(files, RuleSource(rules or []), frozenset(), jobs, use_cache=not no_cache)
     summary = Summary.of(outcomes)
     FORMATS[Format(format).value](common.out, outcomes, summary)
     raise typer.Exit(2 if summary.errors else 1 if summary.findings else 0)

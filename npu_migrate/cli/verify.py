@@ -12,6 +12,7 @@ import typer
 from npu_migrate.cli import common
 from npu_migrate.cli.apply import enabled_fixes
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.pipeline import RuleSource
 from npu_migrate.write import write_outcomes
 
 
@@ -125,5 +126,5 @@ def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: co
         common.fail(f"no such folder: {tree}")
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-copy-"))) / tree.name
     files = common.find_files([tree], DEFAULT_MAX_BYTES)
-    write_outcomes(common.run(files, common.load(rules), enabled_fixes(unsafe), None), tree, folder)
+    write_outcomes(common.run(files, RuleSource(rules or []), enabled_fixes(unsafe), None), tree, folder)
     return folder

@@ -15,8 +15,7 @@ from libcst.metadata import CodeRange
 from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable
-from npu_migrate.model import Finding
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability, Finding
 from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
@@ -30,6 +29,7 @@ class Match:
 
     candidate: Candidate
     node: cst.CSTNode  # in the original tree
+    top: cst.CSTNode  # the module-level statement it is in
     code: str
     replacement: str | None
     applied: bool
@@ -37,7 +37,7 @@ class Match:
     def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
         where = positions[self.node]
         return Finding(
-            rule=self.candidate.rule,
+            rule=self.candidate.rule.info,
             line=where.start.line,
             column=where.start.column + 1,
             end_line=where.end.line,
@@ -60,6 +60,8 @@ class FileContext:
         self.overridden: list[str] = []  # codes of catalog rules a user rule beat on some node
         self.needed_imports: list[str] = []
         self.droppable_imports: set[str] = set()
+        self.rewritten: cst.Module = module  # the module with the enabled fixes, after the pass
+        self.top: cst.CSTNode = module  # the module-level statement being walked
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node).strip()
@@ -89,6 +91,7 @@ class FileContext:
             Match(
                 candidate=candidate,
                 node=original,
+                top=self.top,
                 code=self.code(original),
                 replacement=_code_of_fixed(self.module, candidate.fixed),
                 applied=applied,

@@ -60,23 +60,13 @@ def plan_imports(table: ImportTable, best: Callable[[str], tuple[Rule, int] | No
     imported namespace keeps its local name (`... import mstx as nvtx`), because members the
     rules leave alone must still resolve through it."""
     plan = ImportPlan()
-    for statement in table.imports:
-        if isinstance(statement, cst.ImportFrom) and (
-            statement.relative or isinstance(statement.names, cst.ImportStar)
-        ):
-            continue
-        base = module_name(statement.module) + "." if isinstance(statement, cst.ImportFrom) else ""
-        for alias in statement.names:  # type: ignore[union-attr]
-            if isinstance(statement, cst.Import) and alias.asname is None:
-                continue  # `import a.b` binds `a`, which the rename leaves alone
-            qualified = base + module_name(alias.name)
-            hit = best(qualified)
-            new = renamed_by(hit[0], qualified) if hit else None
-            if hit and new:
-                exact = hit[1] % 2 == 1
-                local = alias.evaluated_alias or alias.evaluated_name
-                new_local = local if alias.asname or not exact else new.rsplit(".", 1)[-1]
-                plan.locals[local] = PlannedImport(import_path(new), new_local, hit[0])
+    for name in table.named:
+        hit = best(name.qualified)
+        new = renamed_by(hit[0], name.qualified) if hit else None
+        if hit and new:
+            exact = hit[1] % 2 == 1
+            new_local = name.local if name.aliased or not exact else new.rsplit(".", 1)[-1]
+            plan.locals[name.local] = PlannedImport(import_path(new), new_local, hit[0])
     return plan
 
 

@@ -1,5 +1,5 @@
 """A rule set made ready for matching: every match kind built once over its rules (shared by
-all files of a run), and the prefilter they feed."""
+all files of a run), and what they tell the prefilter and the region finder."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.engine.kinds import KINDS, Kind
 from npu_migrate.engine.kinds.name import NameKind
+from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
 
 if TYPE_CHECKING:
@@ -22,8 +23,10 @@ class RuleIndex:
             k for k in self.kinds if isinstance(k, NameKind)
         )  # imports are planned by name rules
         self.prefilter = Prefilter()
+        self.anchors = Anchors()
         for kind in self.kinds:
             kind.need(self.prefilter)
+            kind.anchor(self.anchors)
 
     def may_match(self, text: str) -> bool:
         """False when no rule can possibly match: the file need not be parsed."""

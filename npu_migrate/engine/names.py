@@ -8,6 +8,7 @@ with a local variable is not tracked.
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,38 +76,85 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.BaseSmallStatement]:
                 yield from _walk(child)
 
 
+def ast_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in a stdlib-parsed body, nested blocks included."""
+    for statement in body:
+        yield statement
+        for block in ast_blocks(statement):
+            yield from ast_statements(block)
+
+
+def ast_blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The blocks of statements a compound statement holds."""
+    for attribute in ("body", "orelse", "finalbody"):
+        block = getattr(statement, attribute, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", []):
+        yield handler.body
+    for case in getattr(statement, "cases", []):
+        yield case.body
+
+
+@dataclass(frozen=True)
+class ImportedName:
+    local: str
+    qualified: str
+    aliased: bool  # bound with `as`
+
+
 @dataclass
 class ImportTable:
-    """Local name -> qualified name, for every name a file binds by import."""
+    """Local name -> qualified name, for every name a file binds by import, read from a libcst
+    tree (`of`) or, where no libcst tree is at hand, from the stdlib's (`of_ast`)."""
 
     bindings: dict[str, str] = field(default_factory=dict)
-    imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)
+    named: list[ImportedName] = field(default_factory=list)  # what from-imports and `as` bind
+    imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)  # with `of` only
 
     @classmethod
     def of(cls, module: cst.Module) -> ImportTable:
         table = cls()
         for statement in small_statements(module.body):
-            if isinstance(statement, cst.Import | cst.ImportFrom):
-                table.add(statement)
+            if isinstance(statement, cst.Import):
+                table.imports.append(statement)
+                for alias in statement.names:
+                    table._bind_module(module_name(alias.name), alias.evaluated_alias)
+            elif isinstance(statement, cst.ImportFrom):
+                table.imports.append(statement)
+                if not statement.relative and not isinstance(statement.names, cst.ImportStar):
+                    for alias in statement.names:
+                        table._bind_from(
+                            module_name(statement.module), alias.evaluated_name, alias.evaluated_alias
+                        )
         return table
 
-    def add(self, statement: cst.Import | cst.ImportFrom) -> None:
-        self.imports.append(statement)
-        if isinstance(statement, cst.Import):
-            for alias in statement.names:
-                full = module_name(alias.name)
-                if alias.asname is not None:
-                    self.bindings[alias.asname.name.value] = full  # type: ignore[union-attr]
-                else:
-                    head = full.split(".")[0]
-                    self.bindings.setdefault(head, head)
-            return
-        if statement.relative or isinstance(statement.names, cst.ImportStar):
-            return
-        base = module_name(statement.module)
-        for alias in statement.names:
-            local = alias.evaluated_alias or alias.evaluated_name
-            self.bindings[local] = f"{base}.{alias.evaluated_name}"
+    @classmethod
+    def of_ast(cls, tree: ast.Module) -> ImportTable:
+        table = cls()
+        for node in ast_statements(tree.body):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    table._bind_module(alias.name, alias.asname)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                for alias in node.names:
+                    if alias.name != "*":
+                        table._bind_from(node.module, alias.name, alias.asname)
+        return table
+
+    def _bind_module(self, module: str, asname: str | None) -> None:
+        """`import a.b` binds `a`; `import a.b as c` binds `c` to a.b."""
+        if asname is not None:
+            self.bindings[asname] = module
+            self.named.append(ImportedName(asname, module, aliased=True))
+        else:
+            head = module.split(".")[0]
+            self.bindings.setdefault(head, head)
+
+    def _bind_from(self, module: str, name: str, asname: str | None) -> None:
+        local = asname or name
+        self.bindings[local] = f"{module}.{name}"
+        self.named.append(ImportedName(local, f"{module}.{name}", aliased=asname is not None))
 
     def qualify(self, parts: list[str]) -> str | None:
         """The qualified name of a dotted expression, or None if its head is not imported."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from npu_migrate.engine.names import dotted_parts
+from npu_migrate.engine.regions import Token
 
 METAVARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PREFIX = "__mv_"
@@ -117,6 +118,18 @@ class Pattern:
         reached as attributes as `.name`, other names as words (metavariables aside)."""
         return set(_tokens(self.tree))
 
+    def anchors(self) -> list[list[Token]]:
+        """What every match spells (see engine.regions): each dotted name of the pattern, spelled
+        through the file's imports or as written where not imported; the def's name; each
+        attribute read on a metavariable. Empty for a pattern of metavariables and operators."""
+        dotted: list[str] = []
+        attributes: list[str] = []
+        _names(self.tree, dotted, attributes)
+        found = [[Token.name(d), Token.word(d.rsplit(".", 1)[-1])] for d in dotted]
+        if isinstance(self.tree, cst.FunctionDef) and _metavar(self.tree.name) is None:
+            found.append([Token.word(self.tree.name.value)])
+        return found + [[Token.word(a)] for a in attributes]
+
     def unifies(self, other: Pattern) -> bool:
         """Whether some code could match both patterns (guards aside): a metavariable on either
         side stands for anything."""
@@ -143,6 +156,21 @@ def _tokens(node: cst.CSTNode) -> Iterator[str]:
     else:
         for child in node.children:
             yield from _tokens(child)
+
+
+def _names(node: cst.CSTNode, dotted: list[str], attributes: list[str]) -> None:
+    """The dotted names of a pattern without metavariables, and the attribute names it reads on
+    metavariables (keyword names of arguments aside)."""
+    if isinstance(node, cst.Name | cst.Attribute):
+        parts = dotted_parts(node)
+        if parts is not None and not _has_metavariable(parts):
+            dotted.append(".".join(parts))
+            return
+        if isinstance(node, cst.Attribute) and _metavar(node.attr) is None:
+            attributes.append(node.attr.value)
+    for child in node.children:
+        if not (isinstance(node, cst.Arg) and child is node.keyword):
+            _names(child, dotted, attributes)
 
 
 def _has_metavariable(parts: list[str]) -> bool:

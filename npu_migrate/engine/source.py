@@ -1,21 +1,28 @@
-"""One file through the engine: prefilter, parse, resolve imports, match and fix in one pass,
-then edit imports. Pure: bytes in, a FileResult out; no file system access."""
+"""One file through the engine. Bytes in, a FileResult out; no file system access.
+
+The road: the prefilter (can any rule match these words?), then the stdlib parser finds the
+regions where a rule can match (engine.regions) and libcst parses and matches only those; a file
+is parsed whole only when an enabled fix applies in it (to rewrite it), or when a region cannot
+be parsed alone. Both roads run the same one-pass transformer, so they find the same things."""
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Mapping
+from dataclasses import replace
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
-from npu_migrate.engine.context import FileContext
-from npu_migrate.engine.imports import add_imports, drop_unused_imports
+from npu_migrate.engine.context import FileContext, Match
+from npu_migrate.engine.imports import ImportPlan, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
+from npu_migrate.engine.regions import Placed, file_line, module_of_regions, regions, split_lines
 from npu_migrate.engine.transformer import Transformer
-from npu_migrate.model import FileResult
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability, FileResult, Finding
 
 
 def migrate_source(
@@ -24,6 +31,57 @@ def migrate_source(
     """Find (and, for the enabled applicabilities, fix) everything the rules match."""
     if not index.may_match(source.decode("latin-1")):
         return FileResult()
+    found = scan_regions(source, index, enabled)
+    if found is not None and not any(f.applied for f in found.findings):
+        return found
+    return migrate_whole(source, index, enabled)
+
+
+def scan_regions(source: bytes, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult | None:
+    """The findings, from the regions where a rule can match; None when the file must be parsed
+    whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
+    libcst will not parse)."""
+    if index.anchors.anywhere:
+        return None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        text = source.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+    survey = index.anchors.survey(text)
+    if survey is None:
+        return FileResult()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    lines = split_lines(text)
+    table = ImportTable.of_ast(tree)
+    statement_lines, function_lines = survey.lines(table.bindings)
+    if not statement_lines and not function_lines:
+        return FileResult()
+    code, placed = module_of_regions(lines, regions(tree, lines, statement_lines, function_lines))
+    try:
+        module = cst.parse_module(code)
+    except cst.ParserSyntaxError:
+        return None
+    ctx = _match(module, table, index.names.plan(table), index, enabled)
+    if len(module.body) != len(placed):
+        return None  # a region that is not one statement: the positions below would not hold
+    findings = []
+    tops = {id(statement): i for i, statement in enumerate(module.body)}
+    for top, matches in _by_top(ctx.matches).items():
+        i = tops[id(top)]
+        positions = _positions(module.with_changes(body=[top], header=module.header if i == 0 else ()))
+        before = placed[i].top - 1
+        findings += [_placed(_shifted(m.at(positions), before), placed) for m in matches]
+    return FileResult(
+        findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
+    )
+
+
+def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
+    """Parse the whole file, match, fix and edit its imports."""
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -31,13 +89,13 @@ def migrate_source(
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module)
-    ctx = FileContext(module, table, index.names.plan(table), enabled)
-    rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
-    if not ctx.matches:
-        return FileResult(overridden=ctx.overridden)
-    positions = _positions(module)
-    matches = ctx.matches
+    ctx = _match(module, table, index.names.plan(table), index, enabled)
+    rewritten = ctx.rewritten
     result = FileResult(overridden=ctx.overridden)
+    if not ctx.matches:
+        return result
+    positions = _positions(module)
+    matches: list[Match] = ctx.matches
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
@@ -55,6 +113,37 @@ def migrate_source(
         (m.at(positions) for m in matches), key=lambda f: (f.line, f.column, f.rule.code)
     )
     return result
+
+
+def _match(
+    module: cst.Module,
+    table: ImportTable,
+    plan: ImportPlan,
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+) -> FileContext:
+    """The one pass over a module (a whole file or a region): the context holds what it found."""
+    ctx = FileContext(module, table, plan, enabled)
+    ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
+    return ctx
+
+
+def _by_top(matches: list[Match]) -> dict[cst.CSTNode, list[Match]]:
+    found: dict[cst.CSTNode, list[Match]] = {}
+    for match in matches:
+        found.setdefault(match.top, []).append(match)
+    return found
+
+
+def _shifted(finding: Finding, lines: int) -> Finding:
+    return replace(finding, line=finding.line + lines, end_line=finding.end_line + lines)
+
+
+def _placed(finding: Finding, placed: list[Placed]) -> Finding:
+    """A finding in the module of regions, at its place in the file."""
+    return replace(
+        finding, line=file_line(placed, finding.line), end_line=file_line(placed, finding.end_line)
+    )
 
 
 def _positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:

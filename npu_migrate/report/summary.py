@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.rules.base import Applicability, Severity
+from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
 
 def message(finding: Finding) -> str:

@@ -4,10 +4,13 @@ fix safety, severity, and where an argument sits in a call."""
 from __future__ import annotations
 
 import re
-from enum import Enum
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from npu_migrate.model import Applicability, Severity
+
+__all__ = ["Applicability", "ArgCondition", "Argument", "Names", "Regex", "Severity", "Strict"]
 
 Names = Annotated[list[str], Field(min_length=1)]
 
@@ -25,18 +28,6 @@ Regex = Annotated[str, AfterValidator(_compiles)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Applicability(str, Enum):
-    safe = "safe"  # exact equivalent: applied by default
-    unsafe = "unsafe"  # may change behaviour: applied only with --unsafe
-    manual = "manual"  # report only: a human must act
-
-
-class Severity(str, Enum):
-    error = "error"
-    warning = "warning"
-    info = "info"
 
 
 class ArgCondition(Strict):

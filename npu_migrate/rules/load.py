@@ -10,12 +10,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from npu_migrate.rules.files import RuleError, builtin_rules_dir, rule_files
 from npu_migrate.rules.precedence import undeclared_overlaps
 from npu_migrate.rules.schema import MATCH_KEYS, Rule, RuleFile
-
-
-class RuleError(Exception):
-    """A rule file that cannot be used; the message is one line naming file, rule and field."""
 
 
 def _one_line_error(path: Path, data: Any, error: ValidationError) -> str:
@@ -51,25 +48,6 @@ def load_rule_file(path: Path, builtin: bool = False) -> RuleFile:
     loaded = {"category": parsed.category, "source": str(path), "builtin": builtin}
     rules = [r.model_copy(update=loaded) for r in parsed.rules]
     return parsed.model_copy(update={"rules": rules})
-
-
-def builtin_rules_dir() -> Path:
-    """The catalog inside the installed wheel, or rules/ beside the package in a checkout."""
-    package = Path(__file__).parent.parent
-    packaged = package / "_rules"
-    return packaged if packaged.is_dir() else package.parent / "rules"
-
-
-def rule_files(paths: Iterable[Path]) -> list[Path]:
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise RuleError(f"{path}: no such rule file or folder")
-    return found
 
 
 def load_rules(extra: Iterable[Path] = (), builtin: bool = True) -> list[Rule]:

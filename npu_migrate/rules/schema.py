@@ -11,6 +11,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.engine.kinds import KINDS, kind_of
 from npu_migrate.engine.patterns import METAVARIABLE
+from npu_migrate.model import RuleInfo
 from npu_migrate.rules.base import Applicability, Regex, Severity, Strict
 
 # Built-in codes are NPU + 3 digits; a team's own rules take their own prefix (ACME101).
@@ -157,6 +158,11 @@ class Rule(Strict):
         if self.fix is not None and not fixing:
             raise ValueError("a rule with a fix needs at least one before/after example")
         return self
+
+    @property
+    def info(self) -> RuleInfo:
+        """What reports need of this rule."""
+        return RuleInfo(self.code, self.name, self.category, self.severity, self.applicability, self.message)
 
     @property
     def match_kind(self) -> str:

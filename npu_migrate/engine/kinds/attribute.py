@@ -11,6 +11,7 @@ from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import Names, Strict
 
@@ -42,6 +43,10 @@ class AttributeKind(Kind[AttributeMatch]):
     def need(self, prefilter: Prefilter) -> None:
         for name in self.by_name:
             prefilter.need(frozenset([accessed(name)]))
+
+    def anchor(self, anchors: Anchors) -> None:
+        for _, match in self.entries:
+            anchors.rule([Token.word(name) for name in match.attribute])
 
     def matcher(self, ctx: FileContext) -> AttributeMatcher:
         return AttributeMatcher(ctx, self)

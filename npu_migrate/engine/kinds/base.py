@@ -19,6 +19,7 @@ from npu_migrate.rules.base import Strict
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
+    from npu_migrate.engine.regions import Anchors
     from npu_migrate.prefilter import Prefilter
     from npu_migrate.rules.schema import Rule
 
@@ -99,6 +100,12 @@ class Kind(ABC, Generic[Schema]):
     @abstractmethod
     def need(self, prefilter: Prefilter) -> None:
         """Tell the prefilter what a file must contain for one of these rules to match."""
+
+    @abstractmethod
+    def anchor(self, anchors: Anchors) -> None:
+        """Tell the region finder, rule by rule, what every match spells (see engine.regions).
+        A match the regions miss is a finding lost, so a rule that cannot say gives no anchor,
+        and then every file is parsed whole."""
 
     @abstractmethod
     def matcher(self, ctx: FileContext) -> Matcher:

@@ -16,6 +16,7 @@ from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, pa
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import code_of, fill
+from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import ArgCondition, Names, Strict
 
@@ -65,6 +66,18 @@ class CallKind(Kind[CallMatch]):
                     needs = [n | components(name) for n in needs for name in condition.name]
             for name in match.call:
                 prefilter.need(*(components(name) | extra for extra in needs))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """A condition on an argument's string or name is spelled in every match, and is often
+        rarer than the callee (`dtype=torch.float64` of `torch.zeros`)."""
+        for _, match in self.entries:
+            alternatives = [[Token.name(callee) for callee in match.call]]
+            for condition in match.args.values():
+                if condition.string:
+                    alternatives.append([Token.regex(condition.string)])
+                if condition.name:
+                    alternatives.append([Token.name(n) for n in condition.name])
+            anchors.rule(*alternatives)
 
     def matcher(self, ctx: FileContext) -> CallMatcher:
         return CallMatcher(ctx, self)

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import NameTable, module_name
+from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import Names, Strict
 
@@ -44,6 +45,11 @@ class ImportKind(Kind[ImportMatch]):
         for _, match in self.entries:
             for name in match.import_:
                 prefilter.need(components(name))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """An import statement spells the first component of what it imports."""
+        for _, match in self.entries:
+            anchors.rule([Token.word(name.split(".")[0]) for name in match.import_])
 
     def matcher(self, ctx: FileContext) -> ImportMatcher:
         return ImportMatcher(ctx, self)

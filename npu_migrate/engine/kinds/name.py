@@ -23,6 +23,7 @@ from npu_migrate.engine.imports import (
 )
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
+from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import Names, Strict
 from npu_migrate.rules.precedence import compare
@@ -58,6 +59,10 @@ class NameKind(Kind[NameMatch]):
         for _, match in self.entries:
             for name in match.name:
                 prefilter.need(components(name))
+
+    def anchor(self, anchors: Anchors) -> None:
+        for _, match in self.entries:
+            anchors.rule([Token.name(pattern) for pattern in match.name])
 
     def ranked(self, qualified: str, whole: bool = False) -> list[Candidate]:
         """Report-only candidates for every rule on `qualified`, best first."""

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field
 from npu_migrate.engine.kinds.base import Candidate, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.names import dotted_parts, small_statements
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
+from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
 from npu_migrate.rules.base import Strict
 
@@ -82,6 +83,15 @@ class PatternKind(Kind[PatternMatch]):
         for patterns in self.by_type.values():
             for _, pattern in patterns:
                 prefilter.need(frozenset(pattern.words))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
+        data flow of its function, needs that whole function."""
+        for _, match in self.entries:
+            pattern = Pattern.compile(match.pattern)
+            anchors.rule(
+                *pattern.anchors(), function=bool(match.assigned) or pattern.root_type is cst.FunctionDef
+            )
 
     def matcher(self, ctx: FileContext) -> PatternMatcher:
         return PatternMatcher(ctx, self)

@@ -26,6 +26,7 @@ from npu_migrate.engine.kinds.arguments import (
 )
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import dotted_parts, name_matches
+from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter
 from npu_migrate.rules.base import Argument, Regex, Strict
 
@@ -103,6 +104,10 @@ class StringKind(Kind[StringMatch]):
     def need(self, prefilter: Prefilter) -> None:
         for string in self.strings:
             prefilter.need_regex(string.regex.pattern)
+
+    def anchor(self, anchors: Anchors) -> None:
+        for string in self.strings:
+            anchors.rule([Token.regex(string.regex.pattern)])
 
     def matcher(self, ctx: FileContext) -> StringMatcher:
         return StringMatcher(ctx, self)

@@ -1,0 +1,326 @@
+"""Where in a file the rules can match, found without libcst.
+
+Every match spells one of its rule's anchors: a name's last component or a local alias of it, a
+method or attribute name, a string a string rule's regex starts. So only the statements around
+the lines with an anchor need the concrete syntax tree, and the stdlib parser (about ten times
+faster than libcst's) finds those statements: the innermost statement around each anchor line
+(only the header of a compound statement, when the anchor is in its header), or the innermost
+function for rules that look at a whole function (data-flow guards, whole-`def` patterns).
+
+The regions of a file, and all its import statements, are put together into one small module,
+each region framed by `if 1:` when indented so that its lines keep their text and columns; the
+engine parses and matches that module once and shifts the positions back."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import functools
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from npu_migrate.engine.names import ast_blocks
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(frozen=True)
+class Token:
+    """Something a match spells: a word, a qualified-name pattern ('a.b.c', or 'a.b.*' for
+    anything under a.b) which a file spells through its imports, or a regex that the text of a
+    string literal starts with."""
+
+    kind: str  # "word", "name" or "regex"
+    value: str
+
+    @classmethod
+    def word(cls, value: str) -> Token:
+        return cls("word", value)
+
+    @classmethod
+    def name(cls, pattern: str) -> Token:
+        return cls("name", pattern)
+
+    @classmethod
+    def regex(cls, value: str) -> Token:
+        return cls("regex", value)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    alternatives: tuple[frozenset[Token], ...]
+    function: bool
+
+
+@dataclass
+class Anchors:
+    """What the match kinds say about their rules: every match spells at least one token of each
+    of the rule's alternatives; per file, the alternative that file spells least often is used."""
+
+    _rules: list[_Rule] = field(default_factory=list)
+    _by_prefix: dict[str, set[str]] = field(default_factory=dict)  # every prefix -> name patterns
+    _bases: set[str] = field(default_factory=set)  # 'a.b' of every 'a.b.*' pattern
+    anywhere: bool = False  # some rule has no anchor: every file is parsed whole
+
+    def rule(self, *alternatives: Iterable[Token], function: bool = False) -> None:
+        """One rule's anchors; `function`: its matches need their whole enclosing function."""
+        choices = tuple(frozenset(a) for a in alternatives)
+        if not choices or not all(choices):
+            self.anywhere = True
+            return
+        self._rules.append(_Rule(choices, function))
+        for token in (token for choice in choices for token in choice):
+            if token.kind == "name":
+                self._index(token.value)
+
+    def _index(self, pattern: str) -> None:
+        qualified = pattern.removesuffix(".*")
+        if qualified != pattern:
+            self._bases.add(qualified)
+        parts = qualified.split(".")
+        for size in range(1, len(parts) + 1):
+            self._by_prefix.setdefault(".".join(parts[:size]), set()).add(pattern)
+
+    def survey(self, text: str) -> Survey | None:
+        """What a file may spell; None when no rule's anchors are in it at all (then no rule can
+        match, and the file need not even be parsed by the stdlib). A name is spelled by its last
+        component, or by a local alias, whose import spells that component: so a component that
+        the text lacks rules the name out."""
+        counts = Counter(WORD.findall(text))
+
+        def may_spell(token: Token) -> bool:
+            if token.kind == "regex":
+                return _quoted(token.value).search(text) is not None
+            return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
+
+        rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
+        return Survey(self, text, counts, rules) if rules else None
+
+    def _spellings(self, bindings: dict[str, str], counts: Counter[str]) -> dict[str, set[str]]:
+        """For each name pattern, the words this file spells it with: a local name an import binds
+        to the name (or, for 'a.b.*', to a.b or anything under it); or, for `local.rest`, the
+        component of rest the file spells least often."""
+        spelled: dict[str, set[str]] = {}
+        for local, target in bindings.items():
+            parts = target.split(".")
+            for size in range(1, len(parts) + 1):
+                base = ".".join(parts[:size])
+                if base in self._bases:
+                    spelled.setdefault(base + ".*", set()).add(local)
+            for pattern in self._by_prefix.get(target, ()):
+                rest = pattern.removesuffix(".*")[len(target) + 1 :]
+                least = min(rest.split("."), key=lambda w: counts[w]) if rest else local
+                spelled.setdefault(pattern, set()).add(least)
+        return spelled
+
+
+@dataclass
+class Survey:
+    """The rules whose anchors a file may spell, and the words it spells how often."""
+
+    anchors: Anchors
+    text: str
+    counts: Counter[str]
+    rules: list[_Rule]
+
+    def lines(self, bindings: dict[str, str]) -> tuple[list[int], list[int]]:
+        """The lines with an anchor: (for statement rules, for function rules). Of each rule's
+        alternatives, the one this file spells least often is used."""
+        counts = self.counts
+        spelled = self.anchors._spellings(bindings, counts)
+        words: tuple[set[str], set[str]] = (set(), set())
+        regexes: tuple[set[str], set[str]] = (set(), set())
+
+        def cost(choice: frozenset[Token]) -> int:
+            return sum(
+                counts[t.value] if t.kind == "word" else sum(counts[w] for w in spelled.get(t.value, ()))
+                for t in choice
+                if t.kind != "regex"
+            )
+
+        for rule in self.rules:
+            for token in min(rule.alternatives, key=cost):
+                if token.kind == "word":
+                    words[rule.function].add(token.value)
+                elif token.kind == "name":
+                    words[rule.function].update(spelled.get(token.value, ()))
+                else:
+                    regexes[rule.function].add(token.value)
+        starts = [0] + [m.end() for m in NEWLINE.finditer(self.text)]
+        statement, function = (
+            sorted({bisect.bisect_right(starts, at) for at in self._offsets(w, r)})
+            for w, r in zip(words, regexes, strict=True)
+        )
+        return statement, function
+
+    def _offsets(self, words: set[str], regexes: set[str]) -> Iterator[int]:
+        """Where the words (whole words only) and the string literals stand in the text."""
+        text = self.text
+        for w in words:
+            if not self.counts[w]:
+                continue
+            for match in re.finditer(re.escape(w), text):  # a literal: the fastest search re has
+                start, end = match.span()
+                if not (start and _word_char(text[start - 1])) and not (
+                    end < len(text) and _word_char(text[end])
+                ):
+                    yield start
+        for regex in regexes:
+            yield from (m.start() for m in _quoted(regex).finditer(text))
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+@functools.cache
+def _quoted(regex: str) -> re.Pattern[str]:
+    """A string literal whose text starts with the regex (the quote first: re skips to quotes)."""
+    return re.compile(f"[\"'](?:{regex})")
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a source, each with its line break, as Python numbers them (str.splitlines
+    also breaks at form feeds and other characters that Python does not count)."""
+    lines, start = [], 0
+    for match in NEWLINE.finditer(text):
+        lines.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
+
+
+# ---------------------------------------------------------------------------- regions
+
+
+@dataclass(frozen=True)
+class Region:
+    first: int  # 1-based, inclusive, with the comment and blank lines right above it
+    last: int
+    header_only: bool = False  # a compound statement's header, its body replaced by `pass`
+
+
+def regions(
+    tree: ast.Module, lines: list[str], statement_lines: list[int], function_lines: list[int]
+) -> list[Region]:
+    """The regions around the anchor lines, outermost only, in file order."""
+    found: set[tuple[int, int, bool]] = set()
+    for line in statement_lines:
+        found.add(_around(tree.body, line, lines, None) or (0, 0, False))
+    for line in function_lines:
+        found.add(_around(tree.body, line, lines, (0, 0)) or (0, 0, False))
+    kept: list[tuple[int, int, bool]] = []
+    for first, last, header in sorted(found - {(0, 0, False)}, key=lambda s: (s[0], -s[1], s[2])):
+        if not kept or first > kept[-1][1]:  # else inside the region before it (statements nest)
+            kept.append((first, last, header))
+    return [Region(_with_leading_comments(lines, first), last, header) for first, last, header in kept]
+
+
+def _span(node: ast.stmt) -> tuple[int, int]:
+    decorators = getattr(node, "decorator_list", [])
+    first = min([node.lineno, *(d.lineno for d in decorators)])
+    return first, node.end_lineno or node.lineno
+
+
+def _around(
+    body: list[ast.stmt], line: int, lines: list[str], function: tuple[int, int] | None
+) -> tuple[int, int, bool] | None:
+    """The region around `line` in `body`: the innermost statement (its header only, when the
+    line is in the header), or with `function` set, the innermost function. None when the line
+    is not inside a statement of `body` that can stand alone."""
+    for statement in body:
+        first, last = _span(statement)
+        if not first <= line <= last:
+            continue
+        alone = _starts_line(lines, statement)  # not `if x: statement`, not `elif`
+        if line == first and not alone:
+            return None
+        if function is not None and isinstance(statement, _FUNCTIONS):
+            function = (first, last)
+        blocks = list(ast_blocks(statement))
+        for block in blocks:
+            inner = _around(block, line, lines, function)
+            if inner is not None:
+                return inner
+        if function is not None and function != (0, 0):
+            return (*function, False)
+        if not alone:
+            return None  # in an `elif` header: only the whole `if` stands alone
+        if blocks and function is None:
+            body_first = _span(blocks[0][0])[0]
+            if line < body_first and _starts_line(lines, blocks[0][0]):
+                return (first, body_first - 1, True)
+        return (first, last, False)
+    return None
+
+
+def _starts_line(lines: list[str], statement: ast.stmt) -> bool:
+    """Whether a statement is the first thing on its first line (not `if x: it`, not `elif`)."""
+    first, _ = _span(statement)
+    text = lines[first - 1]
+    indent = len(text) - len(text.lstrip(" \t\f"))
+    column = min(
+        [statement.col_offset, *(d.col_offset - 1 for d in getattr(statement, "decorator_list", []))]
+    )
+    return column <= indent and not text[indent:].startswith("elif")
+
+
+def _with_leading_comments(lines: list[str], first: int) -> int:
+    """libcst hands the comment (and blank) lines right above a statement to the statement; so
+    do we, so that the statement's code reads the same."""
+    while first > 1 and (_comment(lines[first - 2]) or not lines[first - 2].strip()):
+        first -= 1
+    return first
+
+
+def _comment(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+# ---------------------------------------------------------------------------- the module of regions
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a region's lines went in the module of regions: its lines [start, end] there are
+    the file's lines shifted by `offset`."""
+
+    top: int  # the module line its statement starts on (an `if 1:` frame, or its first line)
+    start: int
+    end: int
+    offset: int
+
+
+def module_of_regions(lines: list[str], regions: list[Region]) -> tuple[str, list[Placed]]:
+    """One module holding every region, each framed by `if 1:` when indented."""
+    parts: list[str] = []
+    placed: list[Placed] = []
+    line = 1
+    for region in regions:
+        text = lines[region.first - 1 : region.last]
+        code = next((t for t in text if t.strip() and not _comment(t)), "")
+        newline = "\r\n" if code.endswith("\r\n") else "\r" if code.endswith("\r") else "\n"
+        if text and not text[-1].endswith(("\n", "\r")):
+            text = [*text[:-1], text[-1] + newline]
+        if region.header_only:
+            indent = code[: len(code) - len(code.lstrip(" \t"))]
+            text = [*text, f"{indent}    pass{newline}"]
+        top = line
+        if code[:1] in (" ", "\t"):
+            parts.append(f"if 1:{newline}")
+            line += 1
+        placed.append(Placed(top, line, line + region.last - region.first, region.first - line))
+        parts += text
+        line += len(text)
+    return "".join(parts), placed
+
+
+def file_line(placed: list[Placed], line: int) -> int:
+    """The file's line number of a line of the module of regions."""
+    at = bisect.bisect_right([p.start for p in placed], line) - 1
+    return line + placed[at].offset
