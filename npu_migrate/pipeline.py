@@ -142,12 +142,16 @@ def _migrate_all(
             results.append(_migrate(file, index, enabled))
             advance()
         return results
-    chunk = max(1, min(16, len(files) // (jobs * 4)))
+    # Biggest files first, a few at a time: the workers finish together.
+    order = sorted(range(len(files)), key=lambda i: -len(files[i].data or b""))
+    done: dict[int, FileResult] = {}
     with ProcessPoolExecutor(jobs, initializer=_start_worker, initargs=(rules, enabled)) as pool:
-        for result in pool.map(_migrate_in_worker, files, chunksize=chunk):
-            results.append(result)
+        for i, result in zip(
+            order, pool.map(_migrate_in_worker, [files[i] for i in order], chunksize=2), strict=True
+        ):
+            done[i] = result
             advance()
-    return results
+    return [done[i] for i in range(len(files))]
 
 
 def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:

@@ -5,6 +5,8 @@ string rules a regex right after a quote); a file that satisfies none is not par
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
@@ -29,9 +31,14 @@ def components(pattern: str) -> frozenset[str]:
     return frozenset([*parts[:-1], accessed(parts[-1])])
 
 
-def tokens(text: str) -> set[str]:
+def word_counts(text: str) -> Counter[str]:
+    """How often each word occurs in a file (the prefilter and the region finder share it)."""
+    return Counter(WORD.findall(text))
+
+
+def tokens(text: str, words: Iterable[str] | None = None) -> set[str]:
     """The words of a file, plus `.name` for names used as attributes or imported by name."""
-    found = set(WORD.findall(text))
+    found = set(WORD.findall(text) if words is None else words)
     found.update(accessed(w) for w in ATTRIBUTE.findall(text))
     for names in IMPORTED.findall(text):
         found.update(accessed(w) for w in WORD.findall(names))
@@ -52,10 +59,11 @@ class Prefilter:
         """A string rule: its regex must match a literal's whole text, so in the source it
         starts right after an opening quote (prose in comments does not count)."""
         self._regexes.append(regex)
-        self._regex = re.compile("(?<=[\"'])(?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
+        self._regex = re.compile("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
 
-    def may_match(self, text: str) -> bool:
+    def may_match(self, text: str, words: Iterable[str] | None = None) -> bool:
+        """`words`: the file's words, where the caller has them already."""
         if self._regex is not None and self._regex.search(text):
             return True
-        found = tokens(text)
+        found = tokens(text, words)
         return any(needs <= found for needs in self.alternatives)

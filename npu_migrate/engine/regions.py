@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from npu_migrate.engine.names import ast_blocks
 
-WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -85,12 +84,11 @@ class Anchors:
         for size in range(1, len(parts) + 1):
             self._by_prefix.setdefault(".".join(parts[:size]), set()).add(pattern)
 
-    def survey(self, text: str) -> Survey | None:
+    def survey(self, text: str, counts: Counter[str]) -> Survey | None:
         """What a file may spell; None when no rule's anchors are in it at all (then no rule can
         match, and the file need not even be parsed by the stdlib). A name is spelled by its last
         component, or by a local alias, whose import spells that component: so a component that
-        the text lacks rules the name out."""
-        counts = Counter(WORD.findall(text))
+        the text lacks rules the name out. `counts`: prefilter.word_counts of the text."""
 
         def may_spell(token: Token) -> bool:
             if token.kind == "regex":

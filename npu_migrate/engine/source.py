@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -23,21 +24,26 @@ from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.regions import Placed, file_line, module_of_regions, regions, split_lines
 from npu_migrate.engine.transformer import Transformer
 from npu_migrate.model import Applicability, FileResult, Finding
+from npu_migrate.prefilter import word_counts
 
 
 def migrate_source(
     source: bytes, index: RuleIndex, enabled: frozenset[Applicability] = frozenset()
 ) -> FileResult:
     """Find (and, for the enabled applicabilities, fix) everything the rules match."""
-    if not index.may_match(source.decode("latin-1")):
+    text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
+    counts = word_counts(text)
+    if not index.prefilter.may_match(text, counts):
         return FileResult()
-    found = scan_regions(source, index, enabled)
+    found = scan_regions(source, index, enabled, counts)
     if found is not None and not any(f.applied for f in found.findings):
         return found
     return migrate_whole(source, index, enabled)
 
 
-def scan_regions(source: bytes, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult | None:
+def scan_regions(
+    source: bytes, index: RuleIndex, enabled: frozenset[Applicability], counts: Counter[str]
+) -> FileResult | None:
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
     libcst will not parse)."""
@@ -48,7 +54,7 @@ def scan_regions(source: bytes, index: RuleIndex, enabled: frozenset[Applicabili
         text = source.decode(encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return None
-    survey = index.anchors.survey(text)
+    survey = index.anchors.survey(text, counts)
     if survey is None:
         return FileResult()
     try:
