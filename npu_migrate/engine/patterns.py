@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from npu_migrate.engine.names import dotted_parts
-from npu_migrate.engine.regions import Token
+from npu_migrate.engine.regions import ASSIGNED, CALLED, Token
 
 METAVARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PREFIX = "__mv_"
@@ -121,14 +121,15 @@ class Pattern:
     def anchors(self) -> list[list[Token]]:
         """What every match spells (see engine.regions): each dotted name of the pattern, spelled
         through the file's imports or as written where not imported; the def's name; each
-        attribute read on a metavariable. Empty for a pattern of metavariables and operators."""
-        dotted: list[str] = []
-        attributes: list[str] = []
-        _names(self.tree, dotted, attributes)
-        found = [[Token.name(d), Token.word(d.rsplit(".", 1)[-1])] for d in dotted]
+        attribute read on a metavariable. Each followed by `(` where the pattern calls it, and by
+        `=` where it assigns to it. Empty for a pattern of metavariables and operators."""
+        found: list[list[Token]] = []
+        for dotted, is_attribute, then in _names(self.tree, ""):
+            last = Token.word(dotted.rsplit(".", 1)[-1], then)
+            found.append([last] if is_attribute else [Token.name(dotted, then), last])
         if isinstance(self.tree, cst.FunctionDef) and _metavar(self.tree.name) is None:
             found.append([Token.word(self.tree.name.value)])
-        return found + [[Token.word(a)] for a in attributes]
+        return found
 
     def unifies(self, other: Pattern) -> bool:
         """Whether some code could match both patterns (guards aside): a metavariable on either
@@ -158,19 +159,27 @@ def _tokens(node: cst.CSTNode) -> Iterator[str]:
             yield from _tokens(child)
 
 
-def _names(node: cst.CSTNode, dotted: list[str], attributes: list[str]) -> None:
-    """The dotted names of a pattern without metavariables, and the attribute names it reads on
-    metavariables (keyword names of arguments aside)."""
+def _names(node: cst.CSTNode, then: str) -> Iterator[tuple[str, bool, str]]:
+    """The dotted names of a pattern that have no metavariable, and the attribute names it reads
+    on metavariables (flagged True), each with what follows it: `then` for the node itself
+    (CALLED for the callee of a call, ASSIGNED for an assignment target). Keyword names of
+    arguments aside: they are not names the match spells through its imports."""
     if isinstance(node, cst.Name | cst.Attribute):
         parts = dotted_parts(node)
         if parts is not None and not _has_metavariable(parts):
-            dotted.append(".".join(parts))
+            yield ".".join(parts), False, then
             return
         if isinstance(node, cst.Attribute) and _metavar(node.attr) is None:
-            attributes.append(node.attr.value)
+            yield node.attr.value, True, then
     for child in node.children:
-        if not (isinstance(node, cst.Arg) and child is node.keyword):
-            _names(child, dotted, attributes)
+        if isinstance(node, cst.Arg) and child is node.keyword:
+            continue
+        follows = ""
+        if isinstance(node, cst.Call) and child is node.func:
+            follows = CALLED
+        elif isinstance(node, cst.AssignTarget) and child is node.target:
+            follows = ASSIGNED
+        yield from _names(child, follows)
 
 
 def _has_metavariable(parts: list[str]) -> bool:

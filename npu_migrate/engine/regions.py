@@ -27,22 +27,30 @@ NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's lin
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+# What may stand between the tokens of one expression: spaces, line breaks inside brackets,
+# backslash continuations, comments.
+_GAP = r"(?:\s|\\\r?\n|#[^\r\n]*)*"
+CALLED = _GAP + r"\("  # the name is called
+ASSIGNED = _GAP + r"=(?!=)"  # the name is assigned to
+
+
 @dataclass(frozen=True)
 class Token:
     """Something a match spells: a word, a qualified-name pattern ('a.b.c', or 'a.b.*' for
     anything under a.b) which a file spells through its imports, or a regex that the text of a
-    string literal starts with."""
+    string literal starts with. `then`: a regex that follows the word or name (`(` of a call)."""
 
     kind: str  # "word", "name" or "regex"
     value: str
+    then: str = ""
 
     @classmethod
-    def word(cls, value: str) -> Token:
-        return cls("word", value)
+    def word(cls, value: str, then: str = "") -> Token:
+        return cls("word", value, then)
 
     @classmethod
-    def name(cls, pattern: str) -> Token:
-        return cls("name", pattern)
+    def name(cls, pattern: str, then: str = "") -> Token:
+        return cls("name", pattern, then)
 
     @classmethod
     def regex(cls, value: str) -> Token:
@@ -62,7 +70,6 @@ class Anchors:
 
     _rules: list[_Rule] = field(default_factory=list)
     _by_prefix: dict[str, set[str]] = field(default_factory=dict)  # every prefix -> name patterns
-    _bases: set[str] = field(default_factory=set)  # 'a.b' of every 'a.b.*' pattern
     anywhere: bool = False  # some rule has no anchor: every file is parsed whole
 
     def rule(self, *alternatives: Iterable[Token], function: bool = False) -> None:
@@ -74,15 +81,9 @@ class Anchors:
         self._rules.append(_Rule(choices, function))
         for token in (token for choice in choices for token in choice):
             if token.kind == "name":
-                self._index(token.value)
-
-    def _index(self, pattern: str) -> None:
-        qualified = pattern.removesuffix(".*")
-        if qualified != pattern:
-            self._bases.add(qualified)
-        parts = qualified.split(".")
-        for size in range(1, len(parts) + 1):
-            self._by_prefix.setdefault(".".join(parts[:size]), set()).add(pattern)
+                parts = token.value.removesuffix(".*").split(".")
+                for size in range(1, len(parts) + 1):
+                    self._by_prefix.setdefault(".".join(parts[:size]), set()).add(token.value)
 
     def survey(self, text: str, counts: Counter[str]) -> Survey | None:
         """What a file may spell; None when no rule's anchors are in it at all (then no rule can
@@ -98,21 +99,20 @@ class Anchors:
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
         return Survey(self, text, counts, rules) if rules else None
 
-    def _spellings(self, bindings: dict[str, str], counts: Counter[str]) -> dict[str, set[str]]:
-        """For each name pattern, the words this file spells it with: a local name an import binds
-        to the name (or, for 'a.b.*', to a.b or anything under it); or, for `local.rest`, the
-        component of rest the file spells least often."""
-        spelled: dict[str, set[str]] = {}
+    def spellings(self, bindings: dict[str, str]) -> dict[str, list[list[str]]]:
+        """For each name pattern, how this file writes it: a local name its imports bind to the
+        name (or, for 'a.b.*', to a.b or under it), or such a local followed by the rest of the
+        name, component by component."""
+        spelled: dict[str, list[list[str]]] = {}
         for local, target in bindings.items():
             parts = target.split(".")
-            for size in range(1, len(parts) + 1):
-                base = ".".join(parts[:size])
-                if base in self._bases:
-                    spelled.setdefault(base + ".*", set()).add(local)
+            for size in range(1, len(parts)):
+                base = ".".join(parts[:size]) + ".*"
+                if base in self._by_prefix.get(".".join(parts[:size]), ()):
+                    spelled.setdefault(base, []).append([local])
             for pattern in self._by_prefix.get(target, ()):
                 rest = pattern.removesuffix(".*")[len(target) + 1 :]
-                least = min(rest.split("."), key=lambda w: counts[w]) if rest else local
-                spelled.setdefault(pattern, set()).add(least)
+                spelled.setdefault(pattern, []).append([local, *rest.split(".")] if rest else [local])
         return spelled
 
 
@@ -127,52 +127,59 @@ class Survey:
 
     def lines(self, bindings: dict[str, str]) -> tuple[list[int], list[int]]:
         """The lines with an anchor: (for statement rules, for function rules). Of each rule's
-        alternatives, the one this file spells least often is used."""
+        alternatives, the one whose rarest words this file spells least often is used."""
         counts = self.counts
-        spelled = self.anchors._spellings(bindings, counts)
-        words: tuple[set[str], set[str]] = (set(), set())
-        regexes: tuple[set[str], set[str]] = (set(), set())
+        spelled = self.anchors.spellings(bindings)
 
         def cost(choice: frozenset[Token]) -> int:
             return sum(
-                counts[t.value] if t.kind == "word" else sum(counts[w] for w in spelled.get(t.value, ()))
+                counts[t.value]
+                if t.kind == "word"
+                else sum(min(counts[w] for w in chain) for chain in spelled.get(t.value, ()))
                 for t in choice
                 if t.kind != "regex"
             )
 
+        # (regex, whether it starts a chain: no `.` may reach it) for statement and function rules
+        found: tuple[set[tuple[str, bool]], set[tuple[str, bool]]] = (set(), set())
         for rule in self.rules:
             for token in min(rule.alternatives, key=cost):
                 if token.kind == "word":
-                    words[rule.function].add(token.value)
+                    found[rule.function].add((_chain([token.value], token.then), False))
                 elif token.kind == "name":
-                    words[rule.function].update(spelled.get(token.value, ()))
+                    then = "" if token.value.endswith(".*") else token.then
+                    found[rule.function].update((_chain(c, then), True) for c in spelled.get(token.value, ()))
                 else:
-                    regexes[rule.function].add(token.value)
+                    found[rule.function].add((f"[\"'](?:{token.value})", False))
         starts = [0] + [m.end() for m in NEWLINE.finditer(self.text)]
-        statement, function = (
-            sorted({bisect.bisect_right(starts, at) for at in self._offsets(w, r)})
-            for w, r in zip(words, regexes, strict=True)
-        )
-        return statement, function
 
-    def _offsets(self, words: set[str], regexes: set[str]) -> Iterator[int]:
-        """Where the words (whole words only) and the string literals stand in the text."""
-        text = self.text
-        for w in words:
-            if not self.counts[w]:
-                continue
-            for match in re.finditer(re.escape(w), text):  # a literal: the fastest search re has
-                start, end = match.span()
-                if not (start and _word_char(text[start - 1])) and not (
-                    end < len(text) and _word_char(text[end])
-                ):
-                    yield start
-        for regex in regexes:
-            yield from (m.start() for m in _quoted(regex).finditer(text))
+        def lines(regexes: set[tuple[str, bool]]) -> list[int]:
+            offsets = {at for regex, head in regexes for at in _starts(regex, head, self.text)}
+            return sorted({bisect.bisect_right(starts, at) for at in offsets})
+
+        return lines(found[0]), lines(found[1])
 
 
-def _word_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
+def _chain(chain: list[str], then: str) -> str:
+    """The regex of a dotted chain of words, whole words, followed by `then`."""
+    return (_GAP + r"\." + _GAP).join(map(re.escape, chain)) + r"\b" + then
+
+
+def _starts(regex: str, head: bool, text: str) -> Iterator[int]:
+    """Where a regex matches at the start of a word (for the `head` of a chain, a word that no
+    `.` reaches). The regexes start with a literal, the fastest search re has, so the word
+    boundary before it is checked here."""
+    stops = "_." if head else "_"
+    for match in _compiled(regex).finditer(text):
+        start = match.start()
+        before = text[start - 1] if start else " "
+        if regex.startswith("[") or not (before.isalnum() or before in stops):
+            yield start
+
+
+@functools.cache
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, pa
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import code_of, fill
-from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import ArgCondition, Names, Strict
 
@@ -71,7 +71,7 @@ class CallKind(Kind[CallMatch]):
         """A condition on an argument's string or name is spelled in every match, and is often
         rarer than the callee (`dtype=torch.float64` of `torch.zeros`)."""
         for _, match in self.entries:
-            alternatives = [[Token.name(callee) for callee in match.call]]
+            alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
                 if condition.string:
                     alternatives.append([Token.regex(condition.string)])

@@ -15,7 +15,7 @@ from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.arguments import conditions_hold, fits
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import dotted_parts
-from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import ArgCondition, Names, Strict
 
@@ -58,7 +58,7 @@ class MethodKind(Kind[MethodMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         for _, match in self.entries:
-            anchors.rule([Token.word(name) for name in match.method])
+            anchors.rule([Token.word(name, CALLED) for name in match.method])
 
     def matcher(self, ctx: FileContext) -> MethodMatcher:
         return MethodMatcher(ctx, self)
