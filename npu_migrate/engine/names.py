@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -109,6 +109,7 @@ class ImportTable:
     tree (`of`) or, where no libcst tree is at hand, from the stdlib's (`of_ast`)."""
 
     bindings: dict[str, str] = field(default_factory=dict)
+    bound: list[tuple[str, str]] = field(default_factory=list)  # every binding, in order (a local may repeat)
     named: list[ImportedName] = field(default_factory=list)  # what from-imports and `as` bind
     imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)  # with `of` only
 
@@ -119,12 +120,12 @@ class ImportTable:
             if isinstance(statement, cst.Import):
                 table.imports.append(statement)
                 for alias in statement.names:
-                    table._bind_module(module_name(alias.name), alias.evaluated_alias)
+                    table.bind_module(module_name(alias.name), alias.evaluated_alias)
             elif isinstance(statement, cst.ImportFrom):
                 table.imports.append(statement)
                 if not statement.relative and not isinstance(statement.names, cst.ImportStar):
                     for alias in statement.names:
-                        table._bind_from(
+                        table.bind_from(
                             module_name(statement.module), alias.evaluated_name, alias.evaluated_alias
                         )
         return table
@@ -132,28 +133,34 @@ class ImportTable:
     @classmethod
     def of_ast(cls, tree: ast.Module) -> ImportTable:
         table = cls()
-        for node in ast_statements(tree.body):
+        table.add_ast(ast_statements(tree.body))
+        return table
+
+    def add_ast(self, statements: Iterable[ast.AST]) -> None:
+        for node in statements:
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    table._bind_module(alias.name, alias.asname)
+                    self.bind_module(alias.name, alias.asname)
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 for alias in node.names:
                     if alias.name != "*":
-                        table._bind_from(node.module, alias.name, alias.asname)
-        return table
+                        self.bind_from(node.module, alias.name, alias.asname)
 
-    def _bind_module(self, module: str, asname: str | None) -> None:
+    def bind_module(self, module: str, asname: str | None) -> None:
         """`import a.b` binds `a`; `import a.b as c` binds `c` to a.b."""
         if asname is not None:
             self.bindings[asname] = module
+            self.bound.append((asname, module))
             self.named.append(ImportedName(asname, module, aliased=True))
         else:
             head = module.split(".")[0]
             self.bindings.setdefault(head, head)
+            self.bound.append((head, head))
 
-    def _bind_from(self, module: str, name: str, asname: str | None) -> None:
+    def bind_from(self, module: str, name: str, asname: str | None) -> None:
         local = asname or name
         self.bindings[local] = f"{module}.{name}"
+        self.bound.append((local, f"{module}.{name}"))
         self.named.append(ImportedName(local, f"{module}.{name}", aliased=asname is not None))
 
     def qualify(self, parts: list[str]) -> str | None:

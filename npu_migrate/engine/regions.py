@@ -17,11 +17,12 @@ import ast
 import bisect
 import functools
 import re
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from npu_migrate.engine.names import ast_blocks
+from npu_migrate.engine.names import ImportTable, ast_blocks
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -99,12 +100,12 @@ class Anchors:
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
         return Survey(self, text, counts, rules) if rules else None
 
-    def spellings(self, bindings: dict[str, str]) -> dict[str, list[list[str]]]:
+    def spellings(self, bindings: Iterable[tuple[str, str]]) -> dict[str, list[list[str]]]:
         """For each name pattern, how this file writes it: a local name its imports bind to the
         name (or, for 'a.b.*', to a.b or under it), or such a local followed by the rest of the
         name, component by component."""
         spelled: dict[str, list[list[str]]] = {}
-        for local, target in bindings.items():
+        for local, target in bindings:
             parts = target.split(".")
             for size in range(1, len(parts)):
                 base = ".".join(parts[:size]) + ".*"
@@ -125,7 +126,7 @@ class Survey:
     counts: Counter[str]
     rules: list[_Rule]
 
-    def lines(self, bindings: dict[str, str]) -> tuple[list[int], list[int]]:
+    def lines(self, bindings: Iterable[tuple[str, str]]) -> tuple[list[int], list[int]]:
         """The lines with an anchor: (for statement rules, for function rules). Of each rule's
         alternatives, the one whose rarest words this file spells least often is used."""
         counts = self.counts
@@ -144,13 +145,16 @@ class Survey:
         found: tuple[set[tuple[str, bool]], set[tuple[str, bool]]] = (set(), set())
         for rule in self.rules:
             for token in min(rule.alternatives, key=cost):
-                if token.kind == "word":
+                if token.kind == "word" and counts[token.value]:
                     found[rule.function].add((_chain([token.value], token.then), False))
                 elif token.kind == "name":
                     then = "" if token.value.endswith(".*") else token.then
-                    found[rule.function].update((_chain(c, then), True) for c in spelled.get(token.value, ()))
-                else:
+                    chains = [c for c in spelled.get(token.value, ()) if all(counts[w] for w in c)]
+                    found[rule.function].update((_chain(c, then), True) for c in chains)
+                elif token.kind == "regex":
                     found[rule.function].add((f"[\"'](?:{token.value})", False))
+        if not found[0] and not found[1]:
+            return [], []
         starts = [0] + [m.end() for m in NEWLINE.finditer(self.text)]
 
         def lines(regexes: set[tuple[str, bool]]) -> list[int]:
@@ -186,6 +190,43 @@ def _compiled(regex: str) -> re.Pattern[str]:
 def _quoted(regex: str) -> re.Pattern[str]:
     """A string literal whose text starts with the regex (the quote first: re skips to quotes)."""
     return re.compile(f"[\"'](?:{regex})")
+
+
+_IMPORT = re.compile(r"\bimport\b")
+
+
+def import_bindings(text: str, lines: list[str]) -> list[tuple[str, str]] | None:
+    """Every (local, qualified) binding the file's imports may make, without parsing the file:
+    each line with the word `import` (and the lines its statement continues on) parsed alone.
+    More than the file binds is harmless (a docstring's example: an anchor too many); None when
+    a line cannot be read this way, so the caller parses the file."""
+    table = ImportTable()
+    done: set[int] = set()
+    for match in _IMPORT.finditer(text):
+        line = text.count("\n", 0, match.start()) if "\r" not in text else _line_of(text, match.start())
+        if line in done or lines[line].lstrip().startswith(("#", ">>>", "...")):
+            continue  # a comment or a doctest: no statement starts here
+        first = line
+        while first and lines[first - 1].rstrip("\r\n").endswith("\\"):
+            first -= 1
+        for last in range(line, min(line + _IMPORT_LINES, len(lines))):
+            try:
+                tree = ast.parse(textwrap.dedent("".join(lines[first : last + 1])))
+            except SyntaxError:
+                continue
+            table.add_ast(ast.walk(tree))
+            done.update(range(first, last + 1))
+            break
+        else:
+            return None
+    return table.bound
+
+
+_IMPORT_LINES = 40  # an import statement (or the `try:` around it) longer than this: parse the file
+
+
+def _line_of(text: str, offset: int) -> int:
+    return len(NEWLINE.findall(text, 0, offset))
 
 
 def split_lines(text: str) -> list[str]:

@@ -21,7 +21,14 @@ from npu_migrate.engine.context import FileContext, Match
 from npu_migrate.engine.imports import ImportPlan, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
-from npu_migrate.engine.regions import Placed, file_line, module_of_regions, regions, split_lines
+from npu_migrate.engine.regions import (
+    Placed,
+    file_line,
+    import_bindings,
+    module_of_regions,
+    regions,
+    split_lines,
+)
 from npu_migrate.engine.transformer import Transformer
 from npu_migrate.model import Applicability, FileResult, Finding
 from npu_migrate.prefilter import word_counts
@@ -57,13 +64,16 @@ def scan_regions(
     survey = index.anchors.survey(text, counts)
     if survey is None:
         return FileResult()
+    lines = split_lines(text)
+    cheap = import_bindings(text, lines)  # enough to tell most files with no anchor from the rest
+    if cheap is not None and survey.lines(cheap) == ([], []):
+        return FileResult()
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return None
-    lines = split_lines(text)
     table = ImportTable.of_ast(tree)
-    statement_lines, function_lines = survey.lines(table.bindings)
+    statement_lines, function_lines = survey.lines(cheap if cheap is not None else table.bound)
     if not statement_lines and not function_lines:
         return FileResult()
     code, placed = module_of_regions(lines, regions(tree, lines, statement_lines, function_lines))
