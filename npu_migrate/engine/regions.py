@@ -71,6 +71,7 @@ class Anchors:
 
     _rules: list[_Rule] = field(default_factory=list)
     _by_prefix: dict[str, set[str]] = field(default_factory=dict)  # every prefix -> name patterns
+    _string_regexes: tuple[str, ...] = ()
     anywhere: bool = False  # some rule has no anchor: every file is parsed whole
 
     def rule(self, *alternatives: Iterable[Token], function: bool = False) -> None:
@@ -80,6 +81,8 @@ class Anchors:
             self.anywhere = True
             return
         self._rules.append(_Rule(choices, function))
+        strings = {t.value for c in choices for t in c if t.kind == "regex"}
+        self._string_regexes = tuple(sorted(strings | set(self._string_regexes)))
         for token in (token for choice in choices for token in choice):
             if token.kind == "name":
                 parts = token.value.removesuffix(".*").split(".")
@@ -92,13 +95,28 @@ class Anchors:
         component, or by a local alias, whose import spells that component: so a component that
         the text lacks rules the name out. `counts`: prefilter.word_counts of the text."""
 
+        strings = self._strings(text)
+
         def may_spell(token: Token) -> bool:
             if token.kind == "regex":
-                return _quoted(token.value).search(text) is not None
+                return token.value in strings
             return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
 
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
-        return Survey(self, text, counts, rules) if rules else None
+        return Survey(self, text, counts, strings, rules) if rules else None
+
+    def _strings(self, text: str) -> dict[str, list[int]]:
+        """For each string regex, where a literal starts with it: one pass over the text finds
+        the quotes that some regex follows, then each regex is tried there."""
+        regexes = self._string_regexes
+        if not regexes:
+            return {}
+        found: dict[str, list[int]] = {}
+        for quote in _any_quoted(tuple(regexes)).finditer(text):
+            for regex in regexes:
+                if _quoted(regex).match(text, quote.start()):
+                    found.setdefault(regex, []).append(quote.start())
+        return found
 
     def spellings(self, bindings: Iterable[tuple[str, str]]) -> dict[str, list[list[str]]]:
         """For each name pattern, how this file writes it: a local name its imports bind to the
@@ -124,6 +142,7 @@ class Survey:
     anchors: Anchors
     text: str
     counts: Counter[str]
+    strings: dict[str, list[int]]  # string regex -> where the literals that start with it are
     rules: list[_Rule]
 
     def lines(self, bindings: Iterable[tuple[str, str]]) -> tuple[list[int], list[int]]:
@@ -141,24 +160,30 @@ class Survey:
                 if t.kind != "regex"
             )
 
-        # (regex, whether it starts a chain: no `.` may reach it) for statement and function rules
-        found: tuple[set[tuple[str, bool]], set[tuple[str, bool]]] = (set(), set())
+        # For statement rules and for function rules: (regex, where it may start): "string" (a
+        # string regex, found by the survey), "head" (a chain head: no `.` reaches it), "word".
+        found: tuple[set[tuple[str, str]], set[tuple[str, str]]] = (set(), set())
         for rule in self.rules:
             for token in min(rule.alternatives, key=cost):
                 if token.kind == "word" and counts[token.value]:
-                    found[rule.function].add((_chain([token.value], token.then), False))
+                    found[rule.function].add((_chain([token.value], token.then), "word"))
                 elif token.kind == "name":
                     then = "" if token.value.endswith(".*") else token.then
                     chains = [c for c in spelled.get(token.value, ()) if all(counts[w] for w in c)]
-                    found[rule.function].update((_chain(c, then), True) for c in chains)
+                    found[rule.function].update((_chain(c, then), "head") for c in chains)
                 elif token.kind == "regex":
-                    found[rule.function].add((f"[\"'](?:{token.value})", False))
+                    found[rule.function].add((token.value, "string"))
         if not found[0] and not found[1]:
             return [], []
         starts = [0] + [m.end() for m in NEWLINE.finditer(self.text)]
 
-        def lines(regexes: set[tuple[str, bool]]) -> list[int]:
-            offsets = {at for regex, head in regexes for at in _starts(regex, head, self.text)}
+        def lines(regexes: set[tuple[str, str]]) -> list[int]:
+            offsets: set[int] = set()
+            for regex, where in regexes:
+                if where == "string":
+                    offsets.update(self.strings.get(regex, ()))
+                else:
+                    offsets.update(_starts(regex, where == "head", self.text))
             return sorted({bisect.bisect_right(starts, at) for at in offsets})
 
         return lines(found[0]), lines(found[1])
@@ -177,13 +202,19 @@ def _starts(regex: str, head: bool, text: str) -> Iterator[int]:
     for match in _compiled(regex).finditer(text):
         start = match.start()
         before = text[start - 1] if start else " "
-        if regex.startswith("[") or not (before.isalnum() or before in stops):
+        if not (before.isalnum() or before in stops):
             yield start
 
 
 @functools.cache
 def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
+
+
+@functools.cache
+def _any_quoted(regexes: tuple[str, ...]) -> re.Pattern[str]:
+    """A quote that one of the regexes follows."""
+    return re.compile("[\"'](?=" + "|".join(f"(?:{r})" for r in regexes) + ")")
 
 
 @functools.cache
