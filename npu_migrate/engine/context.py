@@ -29,7 +29,6 @@ class Match:
 
     candidate: Candidate
     node: cst.CSTNode  # in the original tree
-    top: cst.CSTNode  # the module-level statement it is in
     code: str
     replacement: str | None
     applied: bool
@@ -61,7 +60,6 @@ class FileContext:
         self.needed_imports: list[str] = []
         self.droppable_imports: set[str] = set()
         self.rewritten: cst.Module = module  # the module with the enabled fixes, after the pass
-        self.top: cst.CSTNode = module  # the module-level statement being walked
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node).strip()
@@ -91,7 +89,6 @@ class FileContext:
             Match(
                 candidate=candidate,
                 node=original,
-                top=self.top,
                 code=self.code(original),
                 replacement=_code_of_fixed(self.module, candidate.fixed),
                 applied=applied,

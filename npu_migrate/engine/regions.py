@@ -367,7 +367,6 @@ class Placed:
     """Where a region's lines went in the module of regions: its lines [start, end] there are
     the file's lines shifted by `offset`."""
 
-    top: int  # the module line its statement starts on (an `if 1:` frame, or its first line)
     start: int
     end: int
     offset: int
@@ -387,11 +386,10 @@ def module_of_regions(lines: list[str], regions: list[Region]) -> tuple[str, lis
         if region.header_only:
             indent = code[: len(code) - len(code.lstrip(" \t"))]
             text = [*text, f"{indent}    pass{newline}"]
-        top = line
         if code[:1] in (" ", "\t"):
             parts.append(f"if 1:{newline}")
             line += 1
-        placed.append(Placed(top, line, line + region.last - region.first, region.first - line))
+        placed.append(Placed(line, line + region.last - region.first, region.first - line))
         parts += text
         line += len(text)
     return "".join(parts), placed

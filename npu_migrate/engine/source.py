@@ -11,16 +11,15 @@ import ast
 import io
 import tokenize
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import replace
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
 
 from npu_migrate.engine.context import FileContext, Match
 from npu_migrate.engine.imports import ImportPlan, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
+from npu_migrate.engine.positions import positions
 from npu_migrate.engine.regions import (
     Placed,
     file_line,
@@ -82,15 +81,8 @@ def scan_regions(
     except cst.ParserSyntaxError:
         return None
     ctx = _match(module, table, index.names.plan(table), index, enabled)
-    if len(module.body) != len(placed):
-        return None  # a region that is not one statement: the positions below would not hold
-    findings = []
-    tops = {id(statement): i for i, statement in enumerate(module.body)}
-    for top, matches in _by_top(ctx.matches).items():
-        i = tops[id(top)]
-        positions = _positions(module.with_changes(body=[top], header=module.header if i == 0 else ()))
-        before = placed[i].top - 1
-        findings += [_placed(_shifted(m.at(positions), before), placed) for m in matches]
+    where = positions(module, [m.node for m in ctx.matches])
+    findings = [_placed(m.at(where), placed) for m in ctx.matches]
     return FileResult(
         findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
     )
@@ -110,24 +102,19 @@ def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicabil
     result = FileResult(overridden=ctx.overridden)
     if not ctx.matches:
         return result
-    positions = _positions(module)
     matches: list[Match] = ctx.matches
+    where = positions(module, [m.node for m in matches] + list(table.imports))
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
         result.removed_imports = [
-            (positions[s].start.line, name)
-            for s in table.imports
-            for name in _bound_names(s)
-            if name in dropped
+            (where[s].start.line, name) for s in table.imports for name in _bound_names(s) if name in dropped
         ]
         gone = {s for s in table.imports if _bound_names(s) and set(_bound_names(s)) <= set(dropped)}
         matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
         new_source = rewritten.bytes
         result.new_source = new_source if new_source != source else None
-    result.findings = sorted(
-        (m.at(positions) for m in matches), key=lambda f: (f.line, f.column, f.rule.code)
-    )
+    result.findings = sorted((m.at(where) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
     return result
 
 
@@ -144,29 +131,11 @@ def _match(
     return ctx
 
 
-def _by_top(matches: list[Match]) -> dict[cst.CSTNode, list[Match]]:
-    found: dict[cst.CSTNode, list[Match]] = {}
-    for match in matches:
-        found.setdefault(match.top, []).append(match)
-    return found
-
-
-def _shifted(finding: Finding, lines: int) -> Finding:
-    return replace(finding, line=finding.line + lines, end_line=finding.end_line + lines)
-
-
 def _placed(finding: Finding, placed: list[Placed]) -> Finding:
     """A finding in the module of regions, at its place in the file."""
     return replace(
         finding, line=file_line(placed, finding.line), end_line=file_line(placed, finding.end_line)
     )
-
-
-def _positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
-    """Every node's position (public API: PositionProvider through a MetadataWrapper that does
-    not copy the tree, so the positions are keyed by the nodes the pass matched)."""
-    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    return wrapper.resolve(PositionProvider)
 
 
 def _bound_names(statement: cst.Import | cst.ImportFrom) -> list[str]:

@@ -17,7 +17,6 @@ class Transformer(cst.CSTTransformer):
     def __init__(self, ctx: FileContext, matchers: Sequence[Matcher]) -> None:
         super().__init__()
         self.ctx = ctx
-        self._depth = 0  # of the node being walked: the module is 0
         facts_visits, facts_leaves = hooks_of(ctx.facts)
         self.visits: dict[type, list[VisitHook]] = defaultdict(list)
         self.fact_leaves: dict[type, Callable[[cst.CSTNode], object]] = dict(facts_leaves)  # type: ignore[arg-type]
@@ -40,9 +39,6 @@ class Transformer(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Every hook sees the node; any of them may keep the walk out of its children."""
-        if self._depth == 1:
-            self.ctx.top = node
-        self._depth += 1
         descend = True
         for hook in self.visits.get(type(node), ()):
             if hook(node) is False:
@@ -52,7 +48,6 @@ class Transformer(cst.CSTTransformer):
     def on_leave(  # type: ignore[override]  # libcst's signature ties both nodes to one type
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
-        self._depth -= 1
         fact = self.fact_leaves.get(type(original_node))
         if fact is not None:
             fact(original_node)
