@@ -188,3 +188,63 @@ def test_concurrent_writers_of_one_key_leave_a_valid_entry(tmp_path: Path) -> No
         assert bad.value == 0
     assert cache.get(key) in {_value(w) for w in range(writers)}
     assert [p.name for p in (tmp_path / "v1" / key[:2]).iterdir()] == [key]  # no temporaries left
+
+
+# ------------------------------------------------------------------ the cache in a run
+
+
+def _scan_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train.py").write_text("import torch\nx.cuda()\ntorch.cuda.synchronize()\n")
+    (tree / "plain.py").write_text("print('no cuda here')\n")
+    return tree
+
+
+def test_a_warm_scan_reports_the_same_and_loads_no_rule(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tree = _scan_tree(tmp_path)
+    cold = cli("scan", tree, "--format", "json")
+    import npu_migrate.rules.load as load
+
+    def no_rules(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a warm scan loaded the rules")
+
+    monkeypatch.setattr(load, "load_rules", no_rules)
+    warm = cli("scan", tree, "--format", "json")
+    assert (warm.exit_code, warm.stdout) == (cold.exit_code, cold.stdout)
+    assert '"NPU103"' in cold.stdout
+    with pytest.raises(AssertionError, match="loaded the rules"):
+        cli("scan", tree, "--format", "json", "--no-cache")
+
+
+def test_a_changed_file_or_rule_file_is_looked_at_again(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tree = _scan_tree(tmp_path)
+    cli("scan", tree)
+    (tree / "plain.py").write_text("import torch\ntorch.cuda.empty_cache()\n")
+    assert "plain.py:2:1" in cli("scan", tree).stdout
+    house = tmp_path / "house.yaml"
+    rule = (
+        "category: house\ncodes: HOU1xx\ndescription: d\nrules:\n"
+        "  - {code: HOU101, name: house-print, summary: s, why: w, message: 'house {match}',\n"
+        "     applicability: manual, severity: info, match: {name: [builtins.print]},\n"
+        '     examples: [{flagged: "import builtins\\nbuiltins.print(1)\\n"}]}\n'
+    )
+    house.write_text(rule)
+    assert "HOU101" not in cli("scan", tree, "--rules", house).stdout
+    house.write_text(rule.replace("builtins.print]", "torch.cuda.empty_cache]"))
+    assert "HOU101" in cli("scan", tree, "--rules", house).stdout
+
+
+def test_a_corrupt_entry_is_looked_at_again(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tree = _scan_tree(tmp_path)
+    cold = cli("scan", tree, "--format", "json").stdout
+    for entry in (tmp_path / "cache").rglob("v1/*/*"):
+        entry.write_bytes(entry.read_bytes()[:-5])
+    assert cli("scan", tree, "--format", "json").stdout == cold

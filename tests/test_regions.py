@@ -1,0 +1,144 @@
+"""The region engine (engine.regions): a scan that parses only the statements around the rules'
+anchors must find exactly what parsing the whole file finds, position for position, on every
+rule example of the catalog and on the layouts that make statements hard to cut out."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.names import ImportTable
+from npu_migrate.engine.regions import import_bindings, split_lines
+from npu_migrate.engine.source import migrate_whole, scan_regions
+from npu_migrate.model import FileResult
+from npu_migrate.prefilter import word_counts
+from npu_migrate.rules.load import load_rules
+
+RULES = load_rules()
+INDEX = RuleIndex(RULES)
+
+
+def both_roads(source: bytes) -> tuple[FileResult | None, FileResult]:
+    counts = word_counts(source.decode("latin-1"))
+    return scan_regions(source, INDEX, frozenset(), counts), migrate_whole(source, INDEX, frozenset())
+
+
+def assert_same(source: bytes) -> FileResult:
+    regions, whole = both_roads(source)
+    assert regions is not None, "the region road gave up"
+    key = [(f.rule.code, f.line, f.column, f.end_line, f.code, f.replacement) for f in regions.findings]
+    assert key == [(f.rule.code, f.line, f.column, f.end_line, f.code, f.replacement) for f in whole.findings]
+    assert regions.overridden == whole.overridden
+    return whole
+
+
+EXAMPLES = [
+    (rule.code, number, code)
+    for rule in RULES
+    for number, example in enumerate(rule.examples, start=1)
+    for code in (example.before, example.flagged, example.ok)
+    if code
+]
+
+
+@pytest.mark.parametrize(("code", "number", "source"), EXAMPLES, ids=[f"{c}-{n}" for c, n, _ in EXAMPLES])
+def test_every_rule_example_is_found_the_same_by_regions(code: str, number: int, source: str) -> None:
+    assert_same(source.encode())
+
+
+LAYOUTS = {
+    "elif header": "import torch\nif a:\n    pass\nelif torch.cuda.is_available():\n    x = 1\n",
+    "one-line if": "import torch\nif torch.cuda.is_available(): x.cuda()\n",
+    "one-line else import": "try:\n    import os\nexcept ImportError: os = None\nelse: import cupy\n",
+    "decorator": "import torch\n@torch.jit.script\ndef f(x):\n    return x\n",
+    "def header default": (
+        "import torch.nn as nn\nclass Block:\n    # the block\n    def __init__(self, act=nn.GELU):\n"
+        "        super().__init__()\n        self.act = act()\n"
+    ),
+    "comments above": "import torch\n\n# note\n\n# more\nn = torch.cuda.device_count()\n",
+    "crlf": "import torch\r\nclass A:\r\n    def f(self):\r\n        return torch.cuda.device_count()\r\n",
+    "cr only": "import torch\rdef f():\r    return torch.cuda.device_count()\r",
+    "tabs": "import torch\nclass A:\n\tdef f(self):\n\t\tx.cuda()\n",
+    "form feed": "import torch\n\x0c\ndef f():\n    torch.cuda.synchronize()\n",
+    "leaf alias": "from torch.cuda import synchronize as sync\nsync()\n",
+    "prefix alias": "from torch import cuda as tc\ntc.empty_cache()\nprint(tc.nvtx)\n",
+    "f-string device": "import torch\nrank = 0\ndevice = f'cuda:{rank}'\n",
+    "string on a later line": "import torch\nt = torch.zeros(\n    3,\n    device='cuda',\n)\n",
+    "backslash": "import torch\nn = torch.cuda \\\n    .device_count()\n",
+    "comment inside a chain": "import torch\nn = (torch.cuda  # c\n     .device_count())\n",
+    "import in a function": (
+        "def f():\n    try:\n        import apex\n    except ImportError:\n        apex = None\n"
+        "    return apex\n"
+    ),
+    "nested functions": (
+        "import torch\ndef outer():\n    def inner(x):\n        return x.cuda()\n    return inner\n"
+    ),
+    "doctest": (
+        '"""\n>>> import torch\n>>> torch.cuda.synchronize()\n"""\nimport torch\ntorch.cuda.empty_cache()\n'
+    ),
+    "match statement": (
+        "import torch\nmatch mode:\n    case 'gpu':\n        d = torch.device('cuda')\n"
+        "    case _:\n        d = None\n"
+    ),
+    "class attribute": "import torch\nclass Cfg:\n    backend = 'nccl'\n    device = 'cuda:0'\n",
+    "big statement": "import torch\nCFG = dict(\n"
+    + "".join(f"    k{i}={i},\n" for i in range(50))
+    + "    d='cuda',\n)\n",
+    "swiglu in a function": (
+        "import torch\nimport torch.nn.functional as F\n\ndef forward(self, x):\n    x = self.w(x)\n"
+        "    a, b = x.chunk(2, dim=-1)\n    return self.o(F.silu(a) * b)\n"
+    ),
+    "anchor only in a comment": "import torch\n# torch.cuda.synchronize() is not called here\nx = 1\n",
+    "with header": "import torch\nwith torch.cuda.amp.autocast():\n    y = model(x)\n",
+}
+
+
+@pytest.mark.parametrize("source", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_hard_layouts_are_found_the_same_by_regions(source: str) -> None:
+    assert_same(source.encode())
+
+
+def test_a_latin1_file_is_found_the_same() -> None:
+    assert assert_same(
+        "# -*- coding: latin-1 -*-\nimport torch\ns = 'é'\nx.cuda()\n".encode("latin-1")
+    ).findings
+
+
+def test_a_file_python_cannot_parse_is_left_to_the_whole_road() -> None:
+    regions, whole = both_roads(b"import torch\ntorch.cuda.synchronize(\n")
+    assert regions is None
+    assert whole.error is not None
+
+
+def test_the_region_road_finds_what_it_should_not_skip() -> None:
+    """Not vacuous: the layouts above do produce findings, through the region road."""
+    found = [bool(assert_same(source.encode()).findings) for source in LAYOUTS.values()]
+    assert sum(found) >= len(LAYOUTS) - 2  # only the comment-only and one import-only case are empty
+
+
+@pytest.mark.parametrize("source", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_cheap_import_bindings_cover_the_real_ones(source: str) -> None:
+    """Read from the `import` lines alone, the bindings are a superset of the file's, or None
+    (`else: import x` cannot be read alone): then the file is parsed to find them."""
+    cheap = import_bindings(source, split_lines(source))
+    real = ImportTable.of_ast(ast.parse(source)).bound
+    if "else: import" in source:
+        assert cheap is None
+    else:
+        assert cheap is not None and set(real) <= set(cheap)
+
+
+def test_the_two_import_tables_agree() -> None:
+    import libcst as cst
+
+    source = (
+        "import a.b\nimport a.b as c\nfrom m import x, y as z\nfrom . import rel\nfrom n import *\n"
+        "def f():\n    import inner as i\n    from deep.mod import leaf\n"
+    )
+    from_cst = ImportTable.of(cst.parse_module(source))
+    from_ast = ImportTable.of_ast(ast.parse(source))
+    assert from_cst.bindings == from_ast.bindings
+    assert from_cst.named == from_ast.named
+    assert from_cst.bound == from_ast.bound
