@@ -27,7 +27,11 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 RulesOption = Annotated[
     list[Path] | None,
-    typer.Option("--rules", help="Extra rule file or folder of *.yaml (repeatable)."),
+    typer.Option(
+        "--rules",
+        help="Extra rule file or folder of *.yaml (repeatable). Where one of these rules and a catalog "
+        "rule match the same code, yours wins (the catalog finding is counted as overridden).",
+    ),
 ]
 PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]
 MaxSize = Annotated[int, typer.Option(help="Skip files larger than this many bytes.")]
