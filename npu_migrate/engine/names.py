@@ -195,6 +195,13 @@ class NameTable:
     exact: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     under: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
 
+    @classmethod
+    def of(cls, entries: Iterable[tuple[Rule, str]]) -> NameTable:
+        table = cls()
+        for rule, pattern in entries:
+            table.add(pattern, rule)
+        return table
+
     def add(self, pattern: str, rule: Rule) -> None:
         if pattern.endswith(".*"):
             self.under[pattern[:-2]].append(rule)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -10,13 +9,12 @@ import libcst as cst
 from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
-from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import Names, Strict
 
 if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -24,17 +22,23 @@ class AttributeMatch(Strict):
     attribute: Names = Field(description="Attribute names read on any receiver, e.g. 'is_cuda'.")
 
 
+class AttributeMatcher(Matcher):
+    kind: AttributeKind
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> list[Candidate]:
+        rules = self.kind.by_name.get(updated.attr.value, ())
+        return [Candidate(r, renamed_attribute(r, updated), part=f".{updated.attr.value}") for r in rules]
+
+
 class AttributeKind(Kind[AttributeMatch]):
     key = "attribute"
     schema = AttributeMatch
+    matcher_type = AttributeMatcher
     fixes = frozenset({"rename"})
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
-        self.by_name: dict[str, list[Rule]] = defaultdict(list)
-        for rule, match in self.entries:
-            for name in match.attribute:
-                self.by_name[name].append(rule)
+        self.by_name = by_name((rule, name) for rule, match in self.entries for name in match.attribute)
 
     @staticmethod
     def keys(match: AttributeMatch) -> set[str]:
@@ -47,16 +51,3 @@ class AttributeKind(Kind[AttributeMatch]):
     def anchor(self, anchors: Anchors) -> None:
         for _, match in self.entries:
             anchors.rule([Token.word(name) for name in match.attribute])
-
-    def matcher(self, ctx: FileContext) -> AttributeMatcher:
-        return AttributeMatcher(ctx, self)
-
-
-class AttributeMatcher(Matcher):
-    def __init__(self, ctx: FileContext, kind: AttributeKind) -> None:
-        super().__init__(ctx)
-        self.by_name = kind.by_name
-
-    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> list[Candidate]:
-        rules = self.by_name.get(updated.attr.value, ())
-        return [Candidate(r, renamed_attribute(r, updated), part=f".{updated.attr.value}") for r in rules]

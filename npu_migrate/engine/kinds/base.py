@@ -42,6 +42,14 @@ VisitHook = Callable[[cst.CSTNode], object]
 LeaveHook = Callable[[cst.CSTNode, cst.CSTNode], list[Candidate]]
 
 
+def by_name(pairs: Iterable[tuple[Rule, str]]) -> dict[str, list[Rule]]:
+    """Rules by the (method, attribute, ...) name they match."""
+    found: dict[str, list[Rule]] = {}
+    for rule, name in pairs:
+        found.setdefault(name, []).append(rule)
+    return found
+
+
 def hooks_of(owner: object) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
     """An object's `visit_<Node>` and `leave_<Node>` methods, keyed by libcst node type."""
     visits: dict[type, VisitHook] = {}
@@ -57,8 +65,9 @@ def hooks_of(owner: object) -> tuple[dict[type, VisitHook], dict[type, LeaveHook
 class Matcher:
     """One kind's hooks over one file."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: FileContext, kind: Kind) -> None:
         self.ctx = ctx
+        self.kind = kind
 
     def hooks(self) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
         return hooks_of(self)
@@ -75,6 +84,7 @@ class Kind(ABC, Generic[Schema]):
 
     key: ClassVar[str]  # the `match:` key in a rule file
     schema: ClassVar[type[Strict]]  # the model of the mapping under that key
+    matcher_type: ClassVar[type[Matcher]]  # its hooks over one file
     fixes: ClassVar[frozenset[str]] = frozenset()  # the fix kinds its rules may use
 
     def __init__(self, rules: Iterable[Rule]) -> None:
@@ -107,6 +117,6 @@ class Kind(ABC, Generic[Schema]):
         A match the regions miss is a finding lost, so a rule that cannot say gives no anchor,
         and then every file is parsed whole."""
 
-    @abstractmethod
     def matcher(self, ctx: FileContext) -> Matcher:
         """The hooks that find these rules in one file."""
+        return self.matcher_type(ctx, self)

@@ -21,7 +21,6 @@ from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import ArgCondition, Names, Strict
 
 if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -38,62 +37,15 @@ class CallMatch(Strict):
     )
 
 
-class CallKind(Kind[CallMatch]):
-    key = "call"
-    schema = CallMatch
-    fixes = frozenset({"rename", "template", "keywords"})
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        super().__init__(rules)
-        self.table = NameTable()
-        for rule, match in self.entries:
-            for name in match.call:
-                self.table.add(name, rule)
-
-    @staticmethod
-    def bindable(match: CallMatch) -> set[str]:
-        return set(match.signature) | set(match.args)
-
-    @staticmethod
-    def keys(match: CallMatch) -> set[str]:
-        return {f"call:{name}" for name in match.call}
-
-    def need(self, prefilter: Prefilter) -> None:
-        for _, match in self.entries:
-            needs = [frozenset[str]()]  # for each way the name conditions can hold, the words it needs
-            for condition in match.args.values():
-                if condition.name:
-                    needs = [n | components(name) for n in needs for name in condition.name]
-            for name in match.call:
-                prefilter.need(*(components(name) | extra for extra in needs))
-
-    def anchor(self, anchors: Anchors) -> None:
-        """A condition on an argument's string or name is spelled in every match, and is often
-        rarer than the callee (`dtype=torch.float64` of `torch.zeros`)."""
-        for _, match in self.entries:
-            alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
-            for condition in match.args.values():
-                if condition.string:
-                    alternatives.append([Token.regex(condition.string)])
-                if condition.name:
-                    alternatives.append([Token.name(n) for n in condition.name])
-            anchors.rule(*alternatives)
-
-    def matcher(self, ctx: FileContext) -> CallMatcher:
-        return CallMatcher(ctx, self)
-
-
 class CallMatcher(Matcher):
-    def __init__(self, ctx: FileContext, kind: CallKind) -> None:
-        super().__init__(ctx)
-        self.table = kind.table
+    kind: CallKind
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
         qualified = callee(self.ctx, original)
         if qualified is None:
             return []
         candidates = []
-        for rule, specificity in self.table.rules_for(qualified):
+        for rule, specificity in self.kind.table.rules_for(qualified):
             match = cast(CallMatch, rule.match)
             if match.strict and not fits(original, match.signature):
                 continue
@@ -134,3 +86,43 @@ class CallMatcher(Matcher):
             assert isinstance(node, cst.BaseExpression)
             return node.with_changes(lpar=updated.lpar, rpar=updated.rpar), (*needed, *more)
         return None, ()
+
+
+class CallKind(Kind[CallMatch]):
+    key = "call"
+    schema = CallMatch
+    matcher_type = CallMatcher
+    fixes = frozenset({"rename", "template", "keywords"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.table = NameTable.of((rule, name) for rule, match in self.entries for name in match.call)
+
+    @staticmethod
+    def bindable(match: CallMatch) -> set[str]:
+        return set(match.signature) | set(match.args)
+
+    @staticmethod
+    def keys(match: CallMatch) -> set[str]:
+        return {f"call:{name}" for name in match.call}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for _, match in self.entries:
+            needs = [frozenset[str]()]  # for each way the name conditions can hold, the words it needs
+            for condition in match.args.values():
+                if condition.name:
+                    needs = [n | components(name) for n in needs for name in condition.name]
+            for name in match.call:
+                prefilter.need(*(components(name) | extra for extra in needs))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """A condition on an argument's string or name is spelled in every match, and is often
+        rarer than the callee (`dtype=torch.float64` of `torch.zeros`)."""
+        for _, match in self.entries:
+            alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
+            for condition in match.args.values():
+                if condition.string:
+                    alternatives.append([Token.regex(condition.string)])
+                if condition.name:
+                    alternatives.append([Token.name(n) for n in condition.name])
+            anchors.rule(*alternatives)

@@ -16,7 +16,6 @@ from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import Names, Strict
 
 if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -26,16 +25,29 @@ class ImportMatch(Strict):
     )
 
 
+class ImportMatcher(Matcher):
+    kind: ImportKind
+
+    def _report(self, module: str) -> list[Candidate]:
+        return [
+            Candidate(rule, None, part=module, specificity=s) for rule, s in self.kind.table.rules_for(module)
+        ]
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> list[Candidate]:
+        return [c for alias in updated.names for c in self._report(module_name(alias.name))]
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
+        return [] if updated.relative else self._report(module_name(updated.module))
+
+
 class ImportKind(Kind[ImportMatch]):
     key = "import"
     schema = ImportMatch
+    matcher_type = ImportMatcher
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
-        self.table = NameTable()
-        for rule, match in self.entries:
-            for name in match.import_:
-                self.table.add(name, rule)
+        self.table = NameTable.of((rule, name) for rule, match in self.entries for name in match.import_)
 
     @staticmethod
     def keys(match: ImportMatch) -> set[str]:
@@ -50,21 +62,3 @@ class ImportKind(Kind[ImportMatch]):
         """An import statement spells the first component of what it imports."""
         for _, match in self.entries:
             anchors.rule([Token.word(name.split(".")[0]) for name in match.import_])
-
-    def matcher(self, ctx: FileContext) -> ImportMatcher:
-        return ImportMatcher(ctx, self)
-
-
-class ImportMatcher(Matcher):
-    def __init__(self, ctx: FileContext, kind: ImportKind) -> None:
-        super().__init__(ctx)
-        self.table = kind.table
-
-    def _report(self, module: str) -> list[Candidate]:
-        return [Candidate(rule, None, part=module, specificity=s) for rule, s in self.table.rules_for(module)]
-
-    def leave_Import(self, original: cst.Import, updated: cst.Import) -> list[Candidate]:
-        return [c for alias in updated.names for c in self._report(module_name(alias.name))]
-
-    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
-        return [] if updated.relative else self._report(module_name(updated.module))

@@ -4,7 +4,6 @@ methods of the same name, and conditions on its arguments."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -13,14 +12,13 @@ from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.arguments import conditions_hold, fits
-from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import ArgCondition, Names, Strict
 
 if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -36,43 +34,13 @@ class MethodMatch(Strict):
     )
 
 
-class MethodKind(Kind[MethodMatch]):
-    key = "method"
-    schema = MethodMatch
-    fixes = frozenset({"rename"})
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        super().__init__(rules)
-        self.by_name: dict[str, list[Rule]] = defaultdict(list)
-        for rule, match in self.entries:
-            for name in match.method:
-                self.by_name[name].append(rule)
-
-    @staticmethod
-    def keys(match: MethodMatch) -> set[str]:
-        return {f"method:{name}" for name in match.method}
-
-    def need(self, prefilter: Prefilter) -> None:
-        for name in self.by_name:
-            prefilter.need(frozenset([accessed(name)]))
-
-    def anchor(self, anchors: Anchors) -> None:
-        for _, match in self.entries:
-            anchors.rule([Token.word(name, CALLED) for name in match.method])
-
-    def matcher(self, ctx: FileContext) -> MethodMatcher:
-        return MethodMatcher(ctx, self)
-
-
 class MethodMatcher(Matcher):
-    def __init__(self, ctx: FileContext, kind: MethodKind) -> None:
-        super().__init__(ctx)
-        self.by_name = kind.by_name
+    kind: MethodKind
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
         if not isinstance(updated.func, cst.Attribute) or not isinstance(original.func, cst.Attribute):
             return []
-        rules = self.by_name.get(updated.func.attr.value)
+        rules = self.kind.by_name.get(updated.func.attr.value)
         if not rules:
             return []
         receiver = dotted_parts(original.func.value)
@@ -88,3 +56,26 @@ class MethodMatcher(Matcher):
             new_func = renamed_attribute(rule, updated.func)
             candidates.append(Candidate(rule, updated.with_changes(func=new_func) if new_func else None))
         return candidates
+
+
+class MethodKind(Kind[MethodMatch]):
+    key = "method"
+    schema = MethodMatch
+    matcher_type = MethodMatcher
+    fixes = frozenset({"rename"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.by_name = by_name((rule, name) for rule, match in self.entries for name in match.method)
+
+    @staticmethod
+    def keys(match: MethodMatch) -> set[str]:
+        return {f"method:{name}" for name in match.method}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for name in self.by_name:
+            prefilter.need(frozenset([accessed(name)]))
+
+    def anchor(self, anchors: Anchors) -> None:
+        for _, match in self.entries:
+            anchors.rule([Token.word(name, CALLED) for name in match.method])

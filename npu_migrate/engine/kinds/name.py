@@ -39,57 +39,12 @@ class NameMatch(Strict):
     )
 
 
-class NameKind(Kind[NameMatch]):
-    key = "name"
-    schema = NameMatch
-    fixes = frozenset({"rename"})
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        super().__init__(rules)
-        self.table = NameTable()
-        for rule, match in self.entries:
-            for name in match.name:
-                self.table.add(name, rule)
-
-    @staticmethod
-    def keys(match: NameMatch) -> set[str]:
-        return {f"name:{name}" for name in match.name}
-
-    def need(self, prefilter: Prefilter) -> None:
-        for _, match in self.entries:
-            for name in match.name:
-                prefilter.need(components(name))
-
-    def anchor(self, anchors: Anchors) -> None:
-        for _, match in self.entries:
-            anchors.rule([Token.name(pattern) for pattern in match.name])
-
-    def ranked(self, qualified: str, whole: bool = False) -> list[Candidate]:
-        """Report-only candidates for every rule on `qualified`, best first."""
-        found = [
-            Candidate(rule, None, part=qualified, specificity=s)
-            for rule, s in self.table.rules_for(qualified, whole)
-        ]
-        return sorted(found, key=cmp_to_key(compare))
-
-    def plan(self, table: ImportTable) -> ImportPlan:
-        """How this file's imports are renamed, decided before the pass (see plan_imports)."""
-
-        def best(qualified: str) -> tuple[Rule, int] | None:
-            ranked = self.ranked(qualified, whole=True)
-            return (ranked[0].rule, ranked[0].specificity) if ranked else None
-
-        return plan_imports(table, best)
-
-    def matcher(self, ctx: FileContext) -> NameMatcher:
-        return NameMatcher(ctx, self)
-
-
 class NameMatcher(Matcher):
+    kind: NameKind
+
     def __init__(self, ctx: FileContext, kind: NameKind) -> None:
-        super().__init__(ctx)
-        self.kind = kind
-        self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}
+        super().__init__(ctx, kind)
+        self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}  # reference -> (parts, qualified)
 
     # ------------------------------------------------------------ references
 
@@ -189,6 +144,47 @@ class NameMatcher(Matcher):
             enabled = [p if p is not None and p.rule.code in rules else None for p in self._planned(updated)]
             return regroup(updated, module_name(updated.module), enabled)
         return super().compose(updated, applied)
+
+
+class NameKind(Kind[NameMatch]):
+    key = "name"
+    schema = NameMatch
+    matcher_type = NameMatcher
+    fixes = frozenset({"rename"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.table = NameTable.of((rule, pattern) for rule, match in self.entries for pattern in match.name)
+
+    @staticmethod
+    def keys(match: NameMatch) -> set[str]:
+        return {f"name:{name}" for name in match.name}
+
+    def need(self, prefilter: Prefilter) -> None:
+        for _, match in self.entries:
+            for name in match.name:
+                prefilter.need(components(name))
+
+    def anchor(self, anchors: Anchors) -> None:
+        for _, match in self.entries:
+            anchors.rule([Token.name(pattern) for pattern in match.name])
+
+    def ranked(self, qualified: str, whole: bool = False) -> list[Candidate]:
+        """Report-only candidates for every rule on `qualified`, best first."""
+        found = [
+            Candidate(rule, None, part=qualified, specificity=s)
+            for rule, s in self.table.rules_for(qualified, whole)
+        ]
+        return sorted(found, key=cmp_to_key(compare))
+
+    def plan(self, table: ImportTable) -> ImportPlan:
+        """How this file's imports are renamed, decided before the pass (see plan_imports)."""
+
+        def best(qualified: str) -> tuple[Rule, int] | None:
+            ranked = self.ranked(qualified, whole=True)
+            return (ranked[0].rule, ranked[0].specificity) if ranked else None
+
+        return plan_imports(table, best)
 
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:

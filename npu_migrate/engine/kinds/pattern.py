@@ -20,7 +20,6 @@ from npu_migrate.prefilter import Prefilter
 from npu_migrate.rules.base import Strict
 
 if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -52,63 +51,16 @@ class PatternMatch(Strict):
     )
 
 
-class PatternKind(Kind[PatternMatch]):
-    key = "pattern"
-    schema = PatternMatch
-    fixes = frozenset({"template"})
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        super().__init__(rules)
-        self.by_type: dict[type[cst.CSTNode], list[tuple[Rule, Pattern]]] = defaultdict(list)
-        for rule, match in self.entries:
-            pattern = Pattern.compile(match.pattern)
-            self.by_type[pattern.root_type].append((rule, pattern))
-
-    @staticmethod
-    def bindable(match: PatternMatch) -> set[str]:
-        return set(METAVARIABLE.findall(" ".join([match.pattern, *match.assigned])))
-
-    @staticmethod
-    def keys(match: PatternMatch) -> set[str]:
-        """A call pattern shares the call kind's key; others are keyed by their anchor."""
-        return {Pattern.compile(match.pattern).key}
-
-    @classmethod
-    def overlaps(cls, a: Rule, b: Rule) -> bool:
-        """Two patterns overlap when some code could match both."""
-        pattern_a, pattern_b = cast(PatternMatch, a.match), cast(PatternMatch, b.match)
-        return Pattern.compile(pattern_a.pattern).unifies(Pattern.compile(pattern_b.pattern))
-
-    def need(self, prefilter: Prefilter) -> None:
-        for patterns in self.by_type.values():
-            for _, pattern in patterns:
-                prefilter.need(frozenset(pattern.words))
-
-    def anchor(self, anchors: Anchors) -> None:
-        """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
-        data flow of its function, needs that whole function."""
-        for _, match in self.entries:
-            pattern = Pattern.compile(match.pattern)
-            anchors.rule(
-                *pattern.anchors(), function=bool(match.assigned) or pattern.root_type is cst.FunctionDef
-            )
-
-    def matcher(self, ctx: FileContext) -> PatternMatcher:
-        return PatternMatcher(ctx, self)
-
-
 class PatternMatcher(Matcher):
-    def __init__(self, ctx: FileContext, kind: PatternKind) -> None:
-        super().__init__(ctx)
-        self.by_type = kind.by_type
+    kind: PatternKind
 
     def hooks(self) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
         """A leave hook for each node type a pattern is rooted at."""
-        return {}, {node_type: self._leave for node_type in self.by_type}
+        return {}, {node_type: self._leave for node_type in self.kind.by_type}
 
     def _leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[Candidate]:
         candidates = []
-        for rule, pattern in self.by_type[type(original)]:
+        for rule, pattern in self.kind.by_type[type(original)]:
             bindings = pattern.match(updated, self.ctx.table.qualify)
             if bindings is None or not self._guards_hold(cast(PatternMatch, rule.match), bindings):
                 continue
@@ -162,6 +114,49 @@ class PatternMatcher(Matcher):
                     return None
                 return found
         return None
+
+
+class PatternKind(Kind[PatternMatch]):
+    key = "pattern"
+    schema = PatternMatch
+    matcher_type = PatternMatcher
+    fixes = frozenset({"template"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.by_type: dict[type[cst.CSTNode], list[tuple[Rule, Pattern]]] = defaultdict(list)
+        for rule, match in self.entries:
+            pattern = Pattern.compile(match.pattern)
+            self.by_type[pattern.root_type].append((rule, pattern))
+
+    @staticmethod
+    def bindable(match: PatternMatch) -> set[str]:
+        return set(METAVARIABLE.findall(" ".join([match.pattern, *match.assigned])))
+
+    @staticmethod
+    def keys(match: PatternMatch) -> set[str]:
+        """A call pattern shares the call kind's key; others are keyed by their anchor."""
+        return {Pattern.compile(match.pattern).key}
+
+    @classmethod
+    def overlaps(cls, a: Rule, b: Rule) -> bool:
+        """Two patterns overlap when some code could match both."""
+        pattern_a, pattern_b = cast(PatternMatch, a.match), cast(PatternMatch, b.match)
+        return Pattern.compile(pattern_a.pattern).unifies(Pattern.compile(pattern_b.pattern))
+
+    def need(self, prefilter: Prefilter) -> None:
+        for patterns in self.by_type.values():
+            for _, pattern in patterns:
+                prefilter.need(frozenset(pattern.words))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
+        data flow of its function, needs that whole function."""
+        for _, match in self.entries:
+            pattern = Pattern.compile(match.pattern)
+            anchors.rule(
+                *pattern.anchors(), function=bool(match.assigned) or pattern.root_type is cst.FunctionDef
+            )
 
 
 def _assigned_names(statement: cst.CSTNode) -> set[str]:

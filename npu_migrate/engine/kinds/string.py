@@ -81,43 +81,12 @@ class StringRule:
     where: tuple[StringContext, ...]
 
 
-class StringKind(Kind[StringMatch]):
-    key = "string"
-    schema = StringMatch
-    fixes = frozenset({"substitute"})
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        super().__init__(rules)
-        self.strings = [StringRule(r, re.compile(m.string), tuple(m.where)) for r, m in self.entries]
-
-    @classmethod
-    def overlaps(cls, a: Rule, b: Rule) -> bool:
-        """Two string rules overlap when some context of each can hold the same literal and a
-        literal from either rule's examples matches both regexes (regex intersection is
-        undecidable in general; the examples are the rules' own account of what they match)."""
-        ma, mb = cast(StringMatch, a.match), cast(StringMatch, b.match)
-        if not any(_contexts_overlap(x, y) for x in ma.where for y in mb.where):
-            return False
-        texts = _example_strings(a) | _example_strings(b)
-        return any(re.fullmatch(ma.string, t) and re.fullmatch(mb.string, t) for t in texts)
-
-    def need(self, prefilter: Prefilter) -> None:
-        for string in self.strings:
-            prefilter.need_regex(string.regex.pattern)
-
-    def anchor(self, anchors: Anchors) -> None:
-        for string in self.strings:
-            anchors.rule([Token.regex(string.regex.pattern)])
-
-    def matcher(self, ctx: FileContext) -> StringMatcher:
-        return StringMatcher(ctx, self)
-
-
 class StringMatcher(Matcher):
+    kind: StringKind
+
     def __init__(self, ctx: FileContext, kind: StringKind) -> None:
-        super().__init__(ctx)
-        self.strings = kind.strings
-        self.marked: dict[cst.CSTNode, list[Rule]] = {}
+        super().__init__(ctx, kind)
+        self.marked: dict[cst.CSTNode, list[Rule]] = {}  # string literal -> rules whose context it is in
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
         for string in strings_in(value):
@@ -130,7 +99,7 @@ class StringMatcher(Matcher):
     def _mark_where(self, kind: str, value: cst.BaseExpression | None, accept: Callable[[Any], bool]) -> None:
         if value is None:
             return
-        for string_rule in self.strings:
+        for string_rule in self.kind.strings:
             for where in string_rule.where:
                 spec = getattr(where, kind)
                 if spec is not None and accept(spec):
@@ -139,7 +108,7 @@ class StringMatcher(Matcher):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = callee(self.ctx, node)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
-        for string_rule in self.strings:
+        for string_rule in self.kind.strings:
             for where in string_rule.where:
                 place = where.argument
                 if place is None or not callee_is(place, qualified, method):
@@ -209,6 +178,36 @@ class StringMatcher(Matcher):
             )
             for rule in self.marked.get(original, ())
         ]
+
+
+class StringKind(Kind[StringMatch]):
+    key = "string"
+    schema = StringMatch
+    matcher_type = StringMatcher
+    fixes = frozenset({"substitute"})
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__(rules)
+        self.strings = [StringRule(r, re.compile(m.string), tuple(m.where)) for r, m in self.entries]
+
+    @classmethod
+    def overlaps(cls, a: Rule, b: Rule) -> bool:
+        """Two string rules overlap when some context of each can hold the same literal and a
+        literal from either rule's examples matches both regexes (regex intersection is
+        undecidable in general; the examples are the rules' own account of what they match)."""
+        ma, mb = cast(StringMatch, a.match), cast(StringMatch, b.match)
+        if not any(_contexts_overlap(x, y) for x in ma.where for y in mb.where):
+            return False
+        texts = _example_strings(a) | _example_strings(b)
+        return any(re.fullmatch(ma.string, t) and re.fullmatch(mb.string, t) for t in texts)
+
+    def need(self, prefilter: Prefilter) -> None:
+        for string in self.strings:
+            prefilter.need_regex(string.regex.pattern)
+
+    def anchor(self, anchors: Anchors) -> None:
+        for string in self.strings:
+            anchors.rule([Token.regex(string.regex.pattern)])
 
 
 def _glob(name: str, globs: list[str]) -> bool:
