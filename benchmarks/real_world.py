@@ -39,7 +39,18 @@ def unpack(package: str, cache: Path) -> Path:
 def scan_seconds(root: Path, jobs: int) -> float:
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "npu_migrate", "scan", str(root), "--format", "json", "-j", str(jobs), "--no-cache"],
+        [
+            sys.executable,
+            "-m",
+            "npu_migrate",
+            "scan",
+            str(root),
+            "--format",
+            "json",
+            "-j",
+            str(jobs),
+            "--no-cache",
+        ],
         capture_output=True,
         check=False,
     )
