@@ -3,8 +3,10 @@ each read once (or skipped with a reason)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from stat import S_ISREG
 
 import pathspec
 
@@ -35,21 +37,44 @@ def _gitignore(root: Path) -> pathspec.PathSpec | None:
     )
 
 
+def printable(name: str) -> str:
+    """A file name as reports can show it on one line: undecodable bytes and control characters
+    (a newline, a terminal escape) escaped."""
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
+
+
 def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> SourceFile:
-    if path.is_symlink() and root is not None:
-        target = path.resolve()
-        if not target.is_relative_to(root.resolve()):
-            return SourceFile(path, display, skipped="symlink leads outside the tree")
+    """One file, read once. Only regular files are read (a FIFO would block forever); a link
+    found in a tree is left to its target, which is migrated where it lives, so that the link
+    stays a link; a link named on the command line is followed."""
+    display = printable(display)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            return SourceFile(path, display, skipped=f"larger than {max_bytes // 1024} KiB")
+        if path.is_symlink():
+            target = path.resolve(strict=True)
+            if root is not None:
+                inside = target.is_relative_to(root.resolve())
+                return SourceFile(
+                    path,
+                    display,
+                    skipped=f"a link to {printable(str(target))}"
+                    + ("; migrated there, not through the link" if inside else ", outside the tree"),
+                )
+            path = target
+        stat = path.stat()
+        if not S_ISREG(stat.st_mode):
+            return SourceFile(path, display, skipped="not a regular file")
+        if stat.st_size > max_bytes:
+            return SourceFile(path, display, skipped=f"larger than --max-size ({max_bytes:,} bytes)")
         data = path.read_bytes()
+    except RuntimeError:  # a loop of links (Python before 3.13)
+        return SourceFile(path, display, skipped="a loop of symbolic links")
     except OSError as exc:
-        return SourceFile(path, display, skipped=f"cannot read: {exc.strerror}")
+        reason = "a loop of symbolic links" if exc.errno == errno.ELOOP else f"cannot read: {exc.strerror}"
+        return SourceFile(path, display, skipped=reason)
     if b"\0" in data[:8192]:
         return SourceFile(path, display, skipped="binary file")
-    return SourceFile(path, display, data=data)
+    return SourceFile(path, display, data=data, stat=stat)
 
 
 def _is_python(path: Path) -> bool:
@@ -72,7 +97,10 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
     seen: set[Path] = set()
 
     def add(path: Path, display: str, root: Path | None) -> None:
-        key = path.resolve()
+        try:
+            key = path.resolve()
+        except (OSError, RuntimeError):  # a loop of links: _load says so
+            key = path.absolute()
         if key not in seen:
             seen.add(key)
             found.append(_load(path, display, root, max_bytes))
@@ -82,7 +110,10 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             if _is_python(top):
                 add(top, str(top), None)
             else:
-                found.append(SourceFile(top, str(top), skipped="not a Python file"))
+                found.append(SourceFile(top, printable(str(top)), skipped="not a Python file"))
+            continue
+        if not top.is_dir():
+            found.append(SourceFile(top, printable(str(top)), skipped="not a regular file"))
             continue
         ignore = _gitignore(top)
         for folder, dirs, names in os.walk(top):

@@ -3,6 +3,7 @@ did to it. Plain data only, so reports, caches and tests need no engine to read 
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -35,10 +36,11 @@ class RuleInfo:
 
 @dataclass(frozen=True)
 class SourceFile:
-    path: Path  # where to read it
-    display: str  # how to name it in reports: relative to the root it was found under
+    path: Path  # where to read it (a link named on the command line: its target)
+    display: str  # how to name it in reports: relative to the root it was found under, printable
     data: bytes | None = None  # None: skipped
     skipped: str | None = None  # why it was skipped
+    stat: os.stat_result | None = None  # as read: a file that changes before it is written is refused
 
 
 @dataclass(frozen=True)

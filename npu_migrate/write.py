@@ -1,29 +1,53 @@
-"""Writing results without ever leaving a half-written file or tree behind."""
+"""Writing results without ever leaving a half-written file or tree behind, and without ever
+replacing what the user changed meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_IMODE
 
 from npu_migrate.model import FileOutcome
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` in one step, keeping its permission bits."""
+class RefusedWrite(Exception):
+    """A file this run must not replace; the message says why."""
+
+
+def write_atomic(path: Path, data: bytes, read: bytes | None = None) -> str | None:
+    """Replace `path` with `data` in one step, keeping its permission bits and, where this user
+    may, its owner. With `read` (the bytes the run read): refuse when the file no longer holds
+    them. Returns what could not be kept (hard links to the file keep the old content)."""
+    if read is not None:
+        try:
+            current = path.read_bytes()
+        except OSError as exc:
+            raise RefusedWrite(f"cannot read it again before replacing it: {exc.strerror}") from None
+        if current != read:
+            raise RefusedWrite("it changed while npu-migrate ran; left as it is now")
+    before = path.stat() if path.exists() else None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npu-migrate")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        if path.exists():
-            shutil.copymode(path, tmp)
+        if before is not None:
+            os.chmod(tmp, S_IMODE(before.st_mode))
+            if (before.st_uid, before.st_gid) != (os.getuid(), os.getgid()):
+                with contextlib.suppress(PermissionError):
+                    os.chown(tmp, before.st_uid, before.st_gid)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if before is not None and before.st_nlink > 1:
+        return f"had {before.st_nlink - 1} other hard link(s), which keep the old content"
+    return None
 
 
 def copy_tree(source: Path, destination: Path) -> Path:
@@ -33,23 +57,59 @@ def copy_tree(source: Path, destination: Path) -> Path:
     staging = Path(
         tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".partial")
     )
-    shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+    try:
+        shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return staging
 
 
-def write_outcomes(outcomes: list[FileOutcome], root: Path | None, out_dir: Path | None) -> None:
-    """Rewritten files in place, or (with `out_dir`) into a staged copy of the folder `root`
-    that is renamed into place only when complete."""
+@dataclass
+class Written:
+    """What a run wrote, and what it did not write and why (by file display name)."""
+
+    written: list[FileOutcome] = field(default_factory=list)
+    not_written: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def write_outcomes(outcomes: list[FileOutcome], root: Path | None, out_dir: Path | None) -> Written:
+    """Rewritten files in place, each on its own (a file that cannot be written, or that changed
+    meanwhile, is left alone and the others still go); or (with `out_dir`) into a staged copy of
+    the folder `root`, renamed into place only when every file is written."""
+    done = Written()
+    changed = [o for o in outcomes if o.result.new_source is not None]
     if out_dir is None:
-        for outcome in outcomes:
-            if outcome.result.new_source is not None:
-                write_atomic(outcome.file.path, outcome.result.new_source)
-        return
+        for outcome in changed:
+            _write_one(outcome, outcome.file.path, done)
+        return done
     assert root is not None
     staging = copy_tree(root, out_dir)
-    for outcome in outcomes:
-        if outcome.result.new_source is not None:
-            write_atomic(staging / outcome.file.path.relative_to(root), outcome.result.new_source)
-    if out_dir.exists():
-        out_dir.rmdir()  # the caller checked it is empty
-    staging.rename(out_dir)
+    try:
+        for outcome in changed:
+            _write_one(outcome, staging / outcome.file.path.relative_to(root), done)
+        if done.not_written:
+            raise RefusedWrite("; ".join(f"{name}: {why}" for name, why in done.not_written.items()))
+        if out_dir.exists():
+            out_dir.rmdir()  # the caller checked it is empty
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return done
+
+
+def _write_one(outcome: FileOutcome, path: Path, done: Written) -> None:
+    assert outcome.result.new_source is not None
+    name = outcome.file.display
+    try:
+        note = write_atomic(path, outcome.result.new_source, read=outcome.file.data)
+    except RefusedWrite as exc:
+        done.not_written[name] = str(exc)
+    except OSError as exc:
+        done.not_written[name] = f"cannot write: {exc.strerror or exc}"
+    else:
+        done.written.append(outcome)
+        if note:
+            done.notes[name] = note

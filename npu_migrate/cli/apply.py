@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from npu_migrate.cli import common
 from npu_migrate.discover import DEFAULT_MAX_BYTES
@@ -16,7 +17,7 @@ from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
 from npu_migrate.report.summary import Summary, all_findings
-from npu_migrate.write import write_outcomes
+from npu_migrate.write import RefusedWrite, Written, write_outcomes
 
 
 def enabled_fixes(unsafe: bool) -> frozenset[Applicability]:
@@ -58,13 +59,21 @@ def apply(
     if diff:
         for outcome in changed:
             sys.stdout.write(unified_diff(outcome))
+    written = Written()
     if not dry_run:
+        csv_path, json_path = _ready(change_list)  # what can fail early fails before any source is touched
         try:
-            change_list.parent.mkdir(parents=True, exist_ok=True)  # fail before touching sources
-            write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
-            csv_path, json_path = write_change_list(change_list, outcomes)
+            written = write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
+        except RefusedWrite as exc:
+            common.fail(f"nothing written to {out_dir}: {exc}")
         except OSError as exc:
-            common.fail(f"cannot write {exc.filename}: {exc.strerror}")
+            common.fail(
+                f"nothing written to {out_dir}: cannot copy {exc.filename or ''}: {exc.strerror or exc}"
+            )
+        try:
+            write_change_list(change_list, outcomes, written.not_written)
+        except OSError as exc:
+            common.err.print(f"[red]error:[/] cannot write the change list {csv_path}: {exc.strerror or exc}")
     summary = Summary.of(outcomes)
     console = common.err if diff else common.out
     left = [(display, f) for display, f in all_findings(outcomes) if not f.applied]
@@ -78,6 +87,23 @@ def apply(
         console.print(f"Left for a human ({len(left)}):")
         print_findings(console, left)
     print_problems(console, summary)
+    for name, why in written.not_written.items():
+        console.print(f"[red]not written[/] {escape(name)}: {escape(why)}")
+    for name, note in written.notes.items():
+        console.print(f"[yellow]note[/] {escape(name)}: {escape(note)}")
     if not dry_run:
         console.print(f"change list: {csv_path} and {json_path}")
-    raise typer.Exit(2 if summary.errors else 1 if left else 0)
+    raise typer.Exit(2 if summary.errors or written.not_written else 1 if left else 0)
+
+
+def _ready(change_list: Path) -> tuple[Path, Path]:
+    """The change list's two paths, made sure writable before any source is touched."""
+    paths = change_list.with_suffix(".csv"), change_list.with_suffix(".json")
+    try:
+        change_list.parent.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            with path.open("ab"):
+                pass
+    except OSError as exc:
+        common.fail(f"cannot write the change list {exc.filename or change_list}: {exc.strerror or exc}")
+    return paths

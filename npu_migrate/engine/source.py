@@ -113,6 +113,13 @@ def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicabil
         gone = {s for s in table.imports if _bound_names(s) and set(_bound_names(s)) <= set(dropped)}
         matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
         new_source = rewritten.bytes
+        broken = _broken(source, new_source)
+        if broken is not None:
+            fixes = sorted({m.candidate.rule.code for m in matches if m.applied})
+            return FileResult(
+                error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken}); "
+                "file left untouched"
+            )
         result.new_source = new_source if new_source != source else None
     result.findings = sorted((m.at(where) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
     return result
@@ -136,6 +143,28 @@ def _placed(finding: Finding, placed: list[Placed]) -> Finding:
     return replace(
         finding, line=file_line(placed, finding.line), end_line=file_line(placed, finding.end_line)
     )
+
+
+def _broken(source: bytes, new_source: bytes) -> str | None:
+    """Why rewritten code no longer parses, or None. A rule's fix is code from a rule file; a
+    file is never written that Python (or, for syntax newer than this Python, libcst) cannot
+    read back."""
+    try:
+        compile(new_source, "<rewritten>", "exec", ast.PyCF_ONLY_AST)
+        return None
+    except SyntaxError as exc:
+        problem = f"line {exc.lineno}: {exc.msg}"
+    except ValueError as exc:
+        problem = str(exc)
+    try:
+        compile(source, "<original>", "exec", ast.PyCF_ONLY_AST)
+    except (SyntaxError, ValueError):  # Python cannot read the original either: ask libcst
+        try:
+            cst.parse_module(new_source)
+            return None
+        except cst.ParserSyntaxError:
+            pass
+    return problem
 
 
 def _bound_names(statement: cst.Import | cst.ImportFrom) -> list[str]:

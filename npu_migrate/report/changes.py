@@ -15,10 +15,20 @@ from npu_migrate.write import write_atomic
 CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Message"]
 
 
-def change_rows(outcomes: list[FileOutcome]) -> list[dict]:
+def change_rows(outcomes: list[FileOutcome], not_written: dict[str, str] | None = None) -> list[dict]:
+    """Every edit and every finding left; a file that was not written has one row saying why,
+    and its findings read as not applied."""
     rows = []
     for outcome in outcomes:
         display = outcome.file.display
+        why = (not_written or {}).get(display)
+        if why is not None:
+            rows.append(_row(display, 1, 1, "UNSUPPORTED", f"not written: {why}", None))
+            for finding in outcome.result.findings:
+                rows.append(
+                    _row(display, finding.line, finding.end_line, "UNSUPPORTED", message(finding), finding)
+                )
+            continue
         for line, module in outcome.result.added_imports:
             rows.append(_row(display, line, line, "INSERT", f"import {module}", None))
         for line, name in outcome.result.removed_imports:
@@ -47,8 +57,10 @@ def _row(display: str, start: int, end: int, kind: str, text: str, finding: Find
     return row
 
 
-def write_change_list(path: Path, outcomes: list[FileOutcome]) -> tuple[Path, Path]:
-    rows = change_rows(outcomes)
+def write_change_list(
+    path: Path, outcomes: list[FileOutcome], not_written: dict[str, str] | None = None
+) -> tuple[Path, Path]:
+    rows = change_rows(outcomes, not_written)
     buffer = io.StringIO()
     writer = csv.DictWriter(
         buffer, fieldnames=CHANGE_LIST_COLUMNS, extrasaction="ignore", lineterminator="\n"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from pydantic import Discriminator, Field, Tag, model_validator
+import libcst as cst
+from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.engine.kinds import KINDS, kind_of
@@ -38,12 +39,29 @@ else:
     ]
 
 
+def _expression(value: str) -> str:
+    try:
+        cst.parse_expression(value)
+    except cst.ParserSyntaxError:
+        raise ValueError(f"not a Python expression: {value!r}") from None
+    return value
+
+
+# What a fix writes into code must be code: names are identifiers or dotted names, and values
+# are expressions (checked at load, so a rule file cannot inject a statement).
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+DottedName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
+Expression = Annotated[str, AfterValidator(_expression)]
+
+
 class KeywordEdit(Strict):
-    set: dict[str, str] = Field(
+    set: dict[Identifier, Expression] = Field(
         default_factory=dict, description="Keyword -> Python expression to set (added if absent)."
     )
-    rename: dict[str, str] = Field(default_factory=dict, description="Old keyword -> new keyword.")
-    drop: list[str] = Field(default_factory=list, description="Keywords to remove.")
+    rename: dict[Identifier, Identifier] = Field(
+        default_factory=dict, description="Old keyword -> new keyword."
+    )
+    drop: list[Identifier] = Field(default_factory=list, description="Keywords to remove.")
 
 
 class Substitute(Strict):
@@ -52,7 +70,7 @@ class Substitute(Strict):
 
 
 class Fix(Strict):
-    rename: dict[str, str] | None = Field(
+    rename: dict[DottedName, DottedName] | None = Field(
         default=None,
         description="Qualified-name prefix (or method / attribute name) -> its replacement.",
     )
@@ -70,12 +88,12 @@ class Fix(Strict):
         default=None, description="Regex replacements applied in order to a string literal's text."
     )
     keywords: KeywordEdit | None = None
-    drop_unused_imports: list[str] = Field(
+    drop_unused_imports: list[DottedName] = Field(
         default_factory=list,
         description="Qualified names whose imports are removed once the fix leaves them unused "
         "(e.g. flash_attn.flash_attn_func, which an NPU host cannot import).",
     )
-    add_import: list[str] = Field(
+    add_import: list[DottedName] = Field(
         default_factory=lambda: ["torch_npu"],
         description="Modules the fixed code needs imported (default: torch_npu).",
     )
