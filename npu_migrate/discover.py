@@ -97,8 +97,8 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
     seen: set[Path] = set()
 
     def add(path: Path, display: str, root: Path | None) -> None:
-        try:
-            key = path.resolve()
+        try:  # a link found in a tree is itself (its target is found where it lives)
+            key = path.absolute() if root is not None and path.is_symlink() else path.resolve()
         except (OSError, RuntimeError):  # a loop of links: _load says so
             key = path.absolute()
         if key not in seen:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -160,9 +162,28 @@ def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicabilit
 
     assert file.data is not None
     try:
-        return migrate_source(file.data, index, enabled)
+        return _on_deep_stack(migrate_source, file.data, index, enabled)
     except Exception as exc:  # an engine bug must not cost the user the other files
         return FileResult(error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}")
+
+
+# libcst walks trees recursively: a valid 500-branch `elif` chain or a 400-term sum needs more
+# recursion than a thread's default stack allows. The engine runs on a thread of its own with a
+# deep stack and a recursion limit to match.
+_STACK_BYTES = 512 * 1024 * 1024
+_RECURSION_LIMIT = 50_000
+_engine_thread: ThreadPoolExecutor | None = None
+
+
+def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileResult:
+    global _engine_thread
+    if _engine_thread is None:
+        threading.stack_size(_STACK_BYTES)
+        _engine_thread = ThreadPoolExecutor(1, thread_name_prefix="npu-migrate-engine")
+        _engine_thread.submit(int).result()  # the thread starts now, with the deep stack
+        threading.stack_size(0)
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
+    return _engine_thread.submit(function, *args).result()
 
 
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import sys
 import tokenize
 from collections import Counter
 from dataclasses import replace
@@ -68,8 +69,8 @@ def scan_regions(
     if cheap is not None and survey.lines(cheap) == ([], []):
         return FileResult()
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
+        tree = stdlib_parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     table = ImportTable.of_ast(tree)
     statement_lines, function_lines = survey.lines(cheap if cheap is not None else table.bound)
@@ -90,6 +91,9 @@ def scan_regions(
 
 def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
     """Parse the whole file, match, fix and edit its imports."""
+    too_deep = _too_deep(source)
+    if too_deep:
+        return FileResult(error=too_deep)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -112,13 +116,12 @@ def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicabil
         ]
         gone = {s for s in table.imports if _bound_names(s) and set(_bound_names(s)) <= set(dropped)}
         matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
-        new_source = rewritten.bytes
+        new_source = _edges_kept(source, rewritten.bytes)
         broken = _broken(source, new_source)
         if broken is not None:
             fixes = sorted({m.candidate.rule.code for m in matches if m.applied})
             return FileResult(
-                error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken}); "
-                "file left untouched"
+                error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken})"
             )
         result.new_source = new_source if new_source != source else None
     result.findings = sorted((m.at(where) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
@@ -143,6 +146,47 @@ def _placed(finding: Finding, placed: list[Placed]) -> Finding:
     return replace(
         finding, line=file_line(placed, finding.line), end_line=file_line(placed, finding.end_line)
     )
+
+
+def _edges_kept(source: bytes, new_source: bytes) -> bytes:
+    """libcst's code drops a form feed that starts a file and the last line break of a file
+    whose lines end in a bare carriage return: put back what the original had."""
+    lead = source[: len(source) - len(source.lstrip(b"\x0c"))]
+    if lead and not new_source.startswith(lead):
+        new_source = lead + new_source
+    last = next((end for end in (b"\r\n", b"\r", b"\n") if source.endswith(end)), b"")
+    if last and not new_source.endswith((b"\r", b"\n")):
+        new_source += last
+    return new_source
+
+
+def stdlib_parse(source: str | bytes) -> ast.Module:
+    """The stdlib's parse, held to a plain recursion limit (the engine's thread runs with a
+    raised one): code nested past it (about 200 brackets, or thousands of operators) crashes or
+    stalls libcst's parser, so it must fail here first."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, _NESTING_LIMIT))
+    try:
+        return ast.parse(source)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+_NESTING_LIMIT = 2000
+
+
+def _too_deep(source: bytes) -> str | None:
+    """Why libcst must not parse this file (see stdlib_parse), or None."""
+    try:
+        stdlib_parse(source)
+    except SyntaxError as exc:
+        if "too many nested" in str(exc.msg) or "too complex" in str(exc.msg):
+            return f"line {exc.lineno}: {exc.msg}"
+    except (RecursionError, MemoryError):
+        return "nested too deeply for Python's parser"
+    except ValueError:
+        pass
+    return None
 
 
 def _broken(source: bytes, new_source: bytes) -> str | None:

@@ -1,0 +1,221 @@
+"""Hostile input: what a tree, a rule file or the file system can do to a run must never cost the
+user a file, hang the run, or take it down. Each case runs the real command line in a process
+of its own (a crash or a hang shows as such), with a timeout."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from npu_migrate.discover import discover
+from npu_migrate.model import Applicability
+from npu_migrate.pipeline import RuleSource, run_rules
+from npu_migrate.rules.files import RuleError
+from npu_migrate.rules.load import load_rules
+from npu_migrate.write import write_outcomes
+
+CUDA = "import torch\nx.cuda()\ntorch.cuda.synchronize()\n"
+MIGRATED = "import torch\nimport torch_npu\nx.npu()\ntorch.npu.synchronize()\n"
+
+
+def cli(*args: str | Path, cwd: Path, limit_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
+    def file_size_limit() -> None:  # a full disk: writes past the limit fail (EFBIG) instead of killing
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))  # type: ignore[arg-type]
+
+    env = {**os.environ, "COLUMNS": "200", "XDG_CACHE_HOME": str(cwd / ".cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "npu_migrate", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        preexec_fn=file_size_limit if limit_bytes is not None else None,
+    )
+
+
+def tree(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
+    root = tmp_path / "tree"
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return root
+
+
+def no_traceback(run: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert run.returncode in (0, 1, 2), run.returncode
+
+
+# ------------------------------------------------------------------ what the tree holds
+
+
+def test_a_fifo_named_like_python_is_not_read(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"train.py": CUDA})
+    os.mkfifo(root / "pipe.py")
+    run = cli("apply", root, cwd=tmp_path)
+    no_traceback(run)
+    assert "pipe.py: not a regular file" in run.stdout
+    assert (root / "train.py").read_text() == MIGRATED
+
+
+def test_a_link_stays_a_link_and_its_target_is_migrated_once(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"pkg/model.py": CUDA})
+    (root / "model.py").symlink_to("pkg/model.py")
+    run = cli("apply", root, cwd=tmp_path)
+    no_traceback(run)
+    assert (root / "model.py").is_symlink()
+    assert (root / "pkg" / "model.py").read_text() == MIGRATED
+    assert "migrated there, not through the link" in run.stdout
+    again = cli("apply", root, cwd=tmp_path)
+    assert "rewrote 0 file(s)" in again.stdout
+    copy = cli("apply", root, "--out", tmp_path / "copy", cwd=tmp_path)
+    assert copy.returncode in (0, 1)
+    assert (tmp_path / "copy" / "model.py").is_symlink()
+    assert (tmp_path / "copy" / "model.py").read_text() == MIGRATED
+
+
+def test_a_link_loop_is_reported(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"train.py": CUDA})
+    (root / "a.py").symlink_to("b.py")
+    (root / "b.py").symlink_to("a.py")
+    run = cli("scan", root, cwd=tmp_path)
+    no_traceback(run)
+    assert "a loop of symbolic links" in run.stdout or "a link to" in run.stdout
+
+
+def test_odd_file_names_are_printed_escaped(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"train.py": CUDA})
+    (root / os.fsdecode(b"caf\xe9.py")).write_text(CUDA)
+    (root / "line\nbreak.py").write_text(CUDA)
+    (root / "esc\x1b[31m.py").write_text(CUDA)
+    run = cli("scan", root, cwd=tmp_path)
+    no_traceback(run)
+    assert "caf\\udce9.py" in run.stdout or "caf\\xe9.py" in run.stdout
+    assert "line\\nbreak.py" in run.stdout
+    assert "\x1b[31m" not in run.stdout
+
+
+# ------------------------------------------------------------------ what the code holds
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "migrated"),
+    [
+        ("parens.py", "y = " + "(" * 1500 + "x" + ")" * 1500 + "\n", False),
+        ("sum.py", "y = " + " + ".join(["a"] * 20000) + "\n", False),
+        ("chain.py", "y = " + " + ".join(["a"] * 400) + "\n", True),
+        ("elif.py", "if a: pass\n" + "".join(f"elif a{i}: pass\n" for i in range(500)), True),
+    ],
+)
+def test_deep_nesting_neither_crashes_nor_hangs(tmp_path: Path, name: str, code: str, migrated: bool) -> None:
+    root = tree(tmp_path, {name: CUDA + code, "other.py": CUDA})
+    run = cli("apply", root, "--no-cache", cwd=tmp_path)
+    no_traceback(run)
+    assert (root / "other.py").read_text() == MIGRATED  # the rest of the run goes on
+    assert ((root / name).read_text() == MIGRATED + code) is migrated
+    if not migrated:
+        assert run.returncode == 2 and name in run.stdout
+
+
+def test_edge_bytes_are_kept(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"cr.py": CUDA.replace("\n", "\r"), "ff.py": "\x0c" + CUDA})
+    cli("apply", root, cwd=tmp_path)
+    assert (root / "cr.py").read_bytes() == MIGRATED.replace("\n", "\r").encode()
+    assert (root / "ff.py").read_bytes() == ("\x0c" + MIGRATED).encode()
+
+
+# ------------------------------------------------------------------ what the rules hold
+
+
+def rule_file(tmp_path: Path, **fix: object) -> Path:
+    rule = {
+        "code": "HOU101",
+        "name": "house",
+        "summary": "s",
+        "why": "w",
+        "message": "m",
+        "applicability": "safe",
+        "severity": "warning",
+        "match": {"string": "cuda", "where": [{"assign": ["device"]}]},
+        "fix": fix,
+        "examples": [{"before": "device = 'cuda'\n", "after": "device = 'npu'\n"}],
+    }
+    path = tmp_path / "house.yaml"
+    path.write_text(
+        yaml.safe_dump({"category": "house", "codes": "HOU1xx", "description": "d", "rules": [rule]})
+    )
+    return path
+
+
+def test_a_fix_may_not_name_a_statement_as_an_import(tmp_path: Path) -> None:
+    rules = rule_file(
+        tmp_path, substitute=[{"pattern": "cuda", "with": "npu"}], add_import=["os; import shutil"]
+    )
+    with pytest.raises(RuleError, match="add_import"):
+        load_rules([rules])
+
+
+def test_a_fix_that_breaks_the_code_is_never_written(tmp_path: Path) -> None:
+    rules = rule_file(tmp_path, substitute=[{"pattern": "cuda", "with": "'"}], add_import=[])
+    root = tree(tmp_path, {"train.py": "device = 'cuda'\n"})
+    run = cli("apply", root, "--rules", rules, cwd=tmp_path)
+    no_traceback(run)
+    assert run.returncode == 2
+    assert "HOU101" in run.stdout and "does not parse" in run.stdout
+    assert (root / "train.py").read_text() == "device = 'cuda'\n"
+
+
+# ------------------------------------------------------------------ what the file system does
+
+
+def test_a_file_changed_during_the_run_is_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"train.py": CUDA, "other.py": CUDA})
+    files = discover([root])
+    outcomes = run_rules(files, RuleSource(), frozenset({Applicability.safe}))
+    (root / "train.py").write_text(CUDA + "# the user's edit\n")
+    written = write_outcomes(outcomes, None, None)
+    assert "changed while npu-migrate ran" in written.not_written[str(root / "train.py")]
+    assert (root / "train.py").read_text() == CUDA + "# the user's edit\n"
+    assert (root / "other.py").read_text() == MIGRATED
+
+
+def test_a_full_disk_leaves_every_file_whole_and_says_what_was_written(tmp_path: Path) -> None:
+    big = CUDA + "# " + "x" * 3000 + "\n"
+    root = tree(tmp_path, {"a.py": CUDA, "big.py": big})
+    run = cli("apply", root, cwd=tmp_path, limit_bytes=2000)
+    no_traceback(run)
+    assert run.returncode == 2
+    assert "not written" in run.stdout and "big.py" in run.stdout
+    assert (root / "a.py").read_text() == MIGRATED
+    assert (root / "big.py").read_text() == big  # old, not half-written
+    assert "not written" in (tmp_path / "npu-migrate-changes.csv").read_text()
+
+
+def test_an_unwritable_change_list_fails_before_any_source_is_touched(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": CUDA})
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "npu-migrate-changes.csv").mkdir()  # a folder where the file must go
+    run = cli("apply", root, "--change-list", locked / "npu-migrate-changes.csv", cwd=tmp_path)
+    no_traceback(run)
+    assert run.returncode == 2 and "change list" in run.stderr
+    assert (root / "a.py").read_text() == CUDA
+
+
+def test_a_hard_link_is_reported(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": CUDA})
+    os.link(root / "a.py", tmp_path / "elsewhere.py")
+    run = cli("apply", root, cwd=tmp_path)
+    assert "other hard link(s)" in run.stdout
+    assert (root / "a.py").read_text() == MIGRATED
