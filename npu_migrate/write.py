@@ -36,7 +36,11 @@ def write_atomic(path: Path, data: bytes, read: bytes | None = None) -> str | No
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        if before is not None:
+        if before is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as open() would make it, not mkstemp's 0600
+        else:
             os.chmod(tmp, S_IMODE(before.st_mode))
             if (before.st_uid, before.st_gid) != (os.getuid(), os.getgid()):
                 with contextlib.suppress(PermissionError):

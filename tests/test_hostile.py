@@ -219,3 +219,47 @@ def test_a_hard_link_is_reported(tmp_path: Path) -> None:
     run = cli("apply", root, cwd=tmp_path)
     assert "other hard link(s)" in run.stdout
     assert (root / "a.py").read_text() == MIGRATED
+
+
+@pytest.mark.parametrize(
+    ("match", "expected"),
+    [
+        ({"string": "(?i)cuda", "where": [{"assign": ["device"]}]}, "inline flags must be scoped"),
+        ({"string": "(?P<dev>cuda)", "where": [{"assign": ["device"]}]}, "named groups are not allowed"),
+        ({"name": ["*"]}, "match.name.0"),
+        ({"call": ["torch.load("]}, "match.call.0"),
+        ({"method": ["cuda()"]}, "match.method.0"),
+    ],
+)
+def test_rules_that_would_crash_the_engine_do_not_load(tmp_path: Path, match: dict, expected: str) -> None:
+    rules = rule_file(tmp_path, substitute=[{"pattern": "cuda", "with": "npu"}])
+    data = yaml.safe_load(rules.read_text())
+    data["rules"][0].update(match=match, applicability="manual", examples=[{"flagged": "x = 1\n"}])
+    data["rules"][0].pop("fix")
+    rules.write_text(yaml.safe_dump(data))
+    root = tree(tmp_path, {"a.py": CUDA})
+    run = cli("scan", root, "--rules", rules, cwd=tmp_path)
+    no_traceback(run)
+    assert run.returncode == 2 and expected in run.stderr
+
+
+def test_a_run_that_read_nothing_says_so_and_fails(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": b"\0\0binary"})
+    run = cli("scan", root, cwd=tmp_path)
+    assert run.returncode == 2
+    assert "Nothing was read: all 1 file(s) were skipped" in run.stdout
+
+
+def test_terminal_escapes_in_scanned_code_do_not_reach_the_terminal(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": 'import torch\nm = torch.load("\x1b[2J\x1b[31mmodel.pt")\n'})
+    run = cli("scan", root, cwd=tmp_path)
+    assert "NPU107" in run.stdout
+    assert "\x1b" not in run.stdout and "\\x1b[2J" in run.stdout
+
+
+def test_the_change_list_gets_the_usual_file_mode(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": CUDA})
+    cli("apply", root, cwd=tmp_path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "npu-migrate-changes.csv").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -4,7 +4,10 @@ Exit codes: 0 nothing to report, 1 findings (scan) or findings left for a human 
 
 from __future__ import annotations
 
+import signal
+
 import typer
+from rich.markup import escape
 
 from npu_migrate.cli import apply, common, rules, run, scan, verify
 
@@ -28,10 +31,28 @@ rules_app.command("schema")(rules.schema)
 app.add_typer(rules_app, name="rules")
 
 
+class Interrupted(BaseException):
+    """Ctrl-C, raised past typer (which would turn KeyboardInterrupt into a silent exit 130) so
+    that the run can say what it left behind; a BaseException, so no `except Exception` in the
+    engine mistakes it for a file's error."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted
+
+
 def main() -> None:
-    """The console entry point: an interrupted run ends quietly with the shell's code."""
+    """The console entry point: an interrupted run says what state it left, and a bug in the
+    tool is one line and exit 2, never a traceback with the 'findings' exit code 1."""
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         app(prog_name="npu-migrate")
-    except KeyboardInterrupt:
+    except Interrupted:
         common.err.print("interrupted; every file is either untouched or completely rewritten")
         raise SystemExit(130) from None
+    except Exception as exc:  # the tool's own failure, not the user's input
+        common.err.print(
+            f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
+            "(please report it with the command that caused it)"
+        )
+        raise SystemExit(2) from None

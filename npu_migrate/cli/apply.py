@@ -93,7 +93,8 @@ def apply(
         console.print(f"[yellow]note[/] {escape(name)}: {escape(note)}")
     if not dry_run:
         console.print(f"change list: {csv_path} and {json_path}")
-    raise typer.Exit(2 if summary.errors or written.not_written else 1 if left else 0)
+    failed = summary.errors or written.not_written or summary.nothing_read
+    raise typer.Exit(2 if failed else 1 if left else 0)
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:

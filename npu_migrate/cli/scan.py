@@ -29,4 +29,4 @@ def scan(
     outcomes = common.run(files, RuleSource(rules or []), frozenset(), jobs, use_cache=not no_cache)
     summary = Summary.of(outcomes)
     FORMATS[Format(format).value](common.out, outcomes, summary)
-    raise typer.Exit(2 if summary.errors else 1 if summary.findings else 0)
+    raise typer.Exit(2 if summary.errors or summary.nothing_read else 1 if summary.findings else 0)

@@ -28,6 +28,11 @@ class Summary:
     overridden: dict[str, int]  # catalog rule code -> findings a user rule replaced
 
     @property
+    def nothing_read(self) -> bool:
+        """Files were named or found, and every one was skipped: the run checked nothing."""
+        return bool(self.files) and len(self.skipped) == self.files
+
+    @property
     def manual(self) -> int:
         return self.findings - self.automatic - self.opt_in - self.notes
 

@@ -10,16 +10,45 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from npu_migrate.model import Applicability, Severity
 
-__all__ = ["Applicability", "ArgCondition", "Argument", "Names", "Regex", "Severity", "Strict"]
+__all__ = [
+    "Applicability",
+    "ArgCondition",
+    "Argument",
+    "Callees",
+    "PlainNames",
+    "QualifiedNames",
+    "Regex",
+    "Severity",
+    "Strict",
+]
 
-Names = Annotated[list[str], Field(min_length=1)]
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+# Qualified names, 'a.b.*' for anything under a.b.
+QualifiedNames = Annotated[
+    list[Annotated[str, Field(pattern=rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*(\.\*)?$")]], Field(min_length=1)
+]
+# Callees of an argument context: qualified names, '.name' for a method, '*' for any call.
+Callees = Annotated[
+    list[Annotated[str, Field(pattern=rf"^(\*|\.{_IDENTIFIER}|{_IDENTIFIER}(\.{_IDENTIFIER})*(\.\*)?)$")]],
+    Field(min_length=1),
+]
+# Plain names (a method, an attribute).
+PlainNames = Annotated[list[Annotated[str, Field(pattern=rf"^{_IDENTIFIER}$")]], Field(min_length=1)]
 
 
 def _compiles(value: str) -> str:
+    """A regex that works on its own and alongside the others (the engine searches many at
+    once): flags scoped to a group, no named groups."""
     try:
         re.compile(value)
     except re.error as exc:
         raise ValueError(f"not a valid regex: {exc}") from None
+    if re.search(r"\(\?P?<(?![=!])", value):
+        raise ValueError("named groups are not allowed: use (...) or (?:...)")
+    try:
+        re.compile(f"x(?:{value})|y(?:{value})")
+    except re.error:
+        raise ValueError("inline flags must be scoped to a group: write (?i:...) instead of (?i)") from None
     return value
 
 
@@ -34,7 +63,9 @@ class ArgCondition(Strict):
     """A condition on one argument of a matched call."""
 
     string: Regex | None = Field(default=None, description="Regex the string value must match.")
-    name: list[str] | None = Field(default=None, description="Qualified names the value must resolve to.")
+    name: QualifiedNames | None = Field(
+        default=None, description="Qualified names the value must resolve to."
+    )
     present: bool | None = Field(default=None, description="Whether the argument must be given.")
     code: list[str] | None = Field(
         default=None, description="Source texts the value must be one of, e.g. ['True']."
@@ -52,7 +83,7 @@ class Argument(Strict):
     """Where an argument sits in a call: by keyword name (also found positionally through
     `signature`) or by position."""
 
-    of: Names = Field(
+    of: Callees = Field(
         description="Callees: qualified names ('torch.device', 'torch.cuda.*'), '.name' for a "
         "method on any receiver, or '*' for any call."
     )

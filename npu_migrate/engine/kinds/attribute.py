@@ -12,14 +12,14 @@ from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
-from npu_migrate.rules.base import Names, Strict
+from npu_migrate.rules.base import PlainNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
 class AttributeMatch(Strict):
-    attribute: Names = Field(description="Attribute names read on any receiver, e.g. 'is_cuda'.")
+    attribute: PlainNames = Field(description="Attribute names read on any receiver, e.g. 'is_cuda'.")
 
 
 class AttributeMatcher(Matcher):

@@ -18,14 +18,14 @@ from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import code_of, fill
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import ArgCondition, Names, Strict
+from npu_migrate.rules.base import ArgCondition, QualifiedNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
 class CallMatch(Strict):
-    call: Names = Field(description="Qualified callee names, resolved through imports.")
+    call: QualifiedNames = Field(description="Qualified callee names, resolved through imports.")
     signature: list[str] = Field(default_factory=list, description="Positional parameter names.")
     args: dict[str, ArgCondition] = Field(
         default_factory=dict, description="Conditions on arguments, by parameter name."

@@ -13,14 +13,14 @@ from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import NameTable, module_name
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import Names, Strict
+from npu_migrate.rules.base import QualifiedNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
 class ImportMatch(Strict):
-    import_: Names = Field(
+    import_: QualifiedNames = Field(
         alias="import", description="Imported modules; 'pkg.*' also matches its submodules."
     )
 

@@ -16,14 +16,14 @@ from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
-from npu_migrate.rules.base import ArgCondition, Names, Strict
+from npu_migrate.rules.base import ArgCondition, PlainNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
 class MethodMatch(Strict):
-    method: Names = Field(description="Method names called on any receiver, e.g. 'cuda'.")
+    method: PlainNames = Field(description="Method names called on any receiver, e.g. 'cuda'.")
     signature: list[str] | None = Field(
         default=None,
         description="The method's parameters: a call passing other keywords, or more positional "

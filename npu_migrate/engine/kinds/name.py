@@ -25,7 +25,7 @@ from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import Names, Strict
+from npu_migrate.rules.base import QualifiedNames, Strict
 from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class NameMatch(Strict):
-    name: Names = Field(
+    name: QualifiedNames = Field(
         description="Qualified names resolved through imports; 'a.b.*' matches everything under a.b."
     )
 

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from npu_migrate.discover import printable
 from npu_migrate.model import FileOutcome, Finding
 from npu_migrate.report.summary import Summary, all_findings, message
 
@@ -20,9 +21,11 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         rule = finding.rule
         where = f"{display}:{finding.line}:{finding.column}"
         fix = rule.applicability.value if finding.replacement is not None else "manual"
-        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {escape(message(finding))}"
+        line = (
+            f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {escape(printable(message(finding)))}"
+        )
         if finding.replacement is not None:
-            line += f" [green]→ {escape(finding.replacement.splitlines()[0])}[/]"
+            line += f" [green]→ {escape(printable(finding.replacement.splitlines()[0]))}[/]"
         console.print(line)
 
 
@@ -37,7 +40,11 @@ def print_problems(console: Console, summary: Summary) -> None:
 def print_summary(console: Console, summary: Summary) -> None:
     print_problems(console, summary)
     if not summary.findings:
-        console.print(f"No CUDA-specific code found in {summary.files} file(s).")
+        read = summary.files - len(summary.skipped)
+        if summary.files and not read:
+            console.print(f"Nothing was read: all {summary.files} file(s) were skipped.")
+        else:
+            console.print(f"No CUDA-specific code found in {read} file(s) read.")
         return
     table = Table(title="CUDA touchpoints by category", title_justify="left")
     table.add_column("category")
