@@ -28,13 +28,38 @@ SKIP_DIRS = {
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
-def _gitignore(root: Path) -> pathspec.PathSpec | None:
-    ignore = root / ".gitignore"
-    if not ignore.is_file():
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(
-        ignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    )
+class _Ignores:
+    """Git's ignore rules for a walk: `.git/info/exclude` and every `.gitignore` from the
+    repository's root down, each applying below its own folder, the deeper ones last (so a
+    nested `!pattern` re-includes what a parent ignored)."""
+
+    def __init__(self, top: Path) -> None:
+        self._top = top.resolve()
+        self._specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+        repo = next((p for p in [self._top, *self._top.parents] if (p / ".git").exists()), None)
+        if repo is not None:
+            self._add(repo, repo / ".git" / "info" / "exclude")
+            for folder in reversed(self._top.parents):  # the folders above the walk, root first
+                if folder.is_relative_to(repo):
+                    self._add(folder, folder / ".gitignore")
+
+    def _add(self, base: Path, file: Path) -> None:
+        if file.is_file():
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+            self._specs.append((base, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+    def enter(self, rel: Path) -> None:
+        """A folder of the walk (relative to its top), entered before the folders below it."""
+        self._add(self._top / rel, self._top / rel / ".gitignore")
+
+    def ignored(self, rel: Path, is_dir: bool) -> bool:
+        path = self._top / rel
+        verdict = None
+        for base, spec in self._specs:
+            if path.is_relative_to(base):
+                result = spec.check_file(path.relative_to(base).as_posix() + ("/" if is_dir else "")).include
+                verdict = result if result is not None else verdict
+        return bool(verdict)
 
 
 def printable(name: str) -> str:
@@ -90,8 +115,8 @@ def _is_python(path: Path) -> bool:
 
 
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:
-    """Python files under each path, each once, honouring the root .gitignore and never
-    following directory symlinks. A file named directly is taken if it is Python (by suffix
+    """Python files under each path, each once, honouring git's ignore rules (see _Ignores) and
+    never following directory symlinks. A file named directly is taken if it is Python (by suffix
     or shebang)."""
     found: list[SourceFile] = []
     seen: set[Path] = set()
@@ -115,17 +140,13 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
         if not top.is_dir():
             found.append(SourceFile(top, printable(str(top)), skipped="not a regular file"))
             continue
-        ignore = _gitignore(top)
+        ignores = _Ignores(top)
         for folder, dirs, names in os.walk(top):
-            here = Path(folder)
-            rel_here = here.relative_to(top)
-            dirs[:] = sorted(
-                d
-                for d in dirs
-                if d not in SKIP_DIRS and not (ignore and ignore.match_file(f"{(rel_here / d).as_posix()}/"))
-            )
+            rel_here = Path(folder).relative_to(top)
+            ignores.enter(rel_here)
+            kept = [d for d in dirs if d not in SKIP_DIRS and not ignores.ignored(rel_here / d, is_dir=True)]
+            dirs[:] = sorted(kept)
             for name in sorted(names):
-                rel = (rel_here / name).as_posix()
-                if name.endswith(".py") and not (ignore and ignore.match_file(rel)):
-                    add(here / name, str(top / rel), top)
+                if name.endswith(".py") and not ignores.ignored(rel_here / name, is_dir=False):
+                    add(Path(folder) / name, str(top / (rel_here / name).as_posix()), top)
     return found

@@ -141,7 +141,7 @@ def _migrate_all(
 
         index = RuleIndex(rules)
         for file in files:
-            results.append(_migrate(file, index, enabled))
+            results.append(migrate_file(file, index, enabled))
             advance()
         return results
     # Biggest files first, a few at a time: the workers finish together.
@@ -156,7 +156,7 @@ def _migrate_all(
     return [done[i] for i in range(len(files))]
 
 
-def _migrate(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
+def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
     """One file's result; a failure inside the engine is that file's error, not the run's."""
     from npu_migrate.engine.source import migrate_source
 
@@ -198,4 +198,4 @@ def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability]) -> N
 
 def _migrate_in_worker(file: SourceFile) -> FileResult:
     assert _worker is not None
-    return _migrate(file, *_worker)
+    return migrate_file(file, *_worker)

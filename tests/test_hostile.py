@@ -263,3 +263,25 @@ def test_the_change_list_gets_the_usual_file_mode(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "npu-migrate-changes.csv").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_git_ignore_rules_apply_as_git_applies_them(tmp_path: Path) -> None:
+    """Nested .gitignore files (a deeper `!` re-includes), .git/info/exclude, and the root's
+    .gitignore when only a subfolder is scanned."""
+    root = tree(
+        tmp_path,
+        {
+            ".gitignore": "gen/\n*_pb2.py\n",
+            ".git/info/exclude": "scratch.py\n",
+            "src/.gitignore": "!keep_pb2.py\nlocal/\n",
+            "src/model.py": CUDA,
+            "src/model_pb2.py": CUDA,
+            "src/keep_pb2.py": CUDA,
+            "src/local/x.py": CUDA,
+            "src/scratch.py": CUDA,
+            "gen/out.py": CUDA,
+        },
+    )
+    names = sorted(Path(f.display).name for f in discover([root]))
+    assert names == ["keep_pb2.py", "model.py"]
+    assert sorted(Path(f.display).name for f in discover([root / "src"])) == names
