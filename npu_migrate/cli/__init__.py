@@ -45,6 +45,7 @@ def main() -> None:
     """The console entry point: an interrupted run says what state it left, and a bug in the
     tool is one line and exit 2, never a traceback with the 'findings' exit code 1."""
     signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)  # cleaned up and children stopped, as for Ctrl-C
     try:
         app(prog_name="npu-migrate")
     except Interrupted:

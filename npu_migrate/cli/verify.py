@@ -56,6 +56,12 @@ def verify(
     html_path: Annotated[
         Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")
     ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds each side may run before it is stopped.")
+    ] = 600.0,
+    max_side_memory: Annotated[
+        float | None, typer.Option(min=0.1, help="GiB of data each side may allocate (default: no cap).")
+    ] = None,
     rules: common.RulesOption = None,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
@@ -81,6 +87,8 @@ def verify(
             device_migrated=device_migrated,
             emulate=emulate,
             onnx=onnx,
+            timeout=timeout,
+            memory=int(max_side_memory * 2**30) if max_side_memory else None,
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,

@@ -3,8 +3,11 @@ side, run that (on a real NPU, else on the emulation), and compare what both rec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,8 @@ class Options:
     emulate: bool | None = None  # None: emulate when no real torch_npu imports
     onnx: bool = False
     limits: Thresholds = field(default_factory=Thresholds)
+    timeout: float = 600.0  # seconds a side may run
+    memory: int | None = None  # bytes of data a side may allocate (None: no cap)
 
 
 @dataclass
@@ -57,6 +62,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         "onnx": options.onnx,
         "state": str(work / "original-state.pt"),
         "out": str(out),
+        "timeout": options.timeout,
     }
     path = work / f"{role}.json"
     path.write_text(json.dumps(request))
@@ -65,18 +71,60 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         from npu_migrate.emulation import site_pythonpath
 
         env["PYTHONPATH"] = site_pythonpath(env)
-    done = subprocess.run(
+    side = subprocess.Popen(
         [sys.executable, "-m", "npu_migrate.verify.side", str(path)],
         cwd=tree,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
+        start_new_session=True,  # its own process group: stopped with everything it started
+        preexec_fn=_memory_cap(options.memory),
     )
-    if done.returncode != 0:
-        message = "\n".join(line for line in done.stderr.splitlines() if "torch_npu is emulated" not in line)
-        raise SideFailed(role, message.rstrip() or f"exit code {done.returncode}")
+    try:
+        _, stderr = side.communicate(timeout=options.timeout)
+    except subprocess.TimeoutExpired:
+        _stop(side)
+        _, stderr = side.communicate()
+        where = _user_frames(stderr, tree)
+        raise SideFailed(
+            role, f"still running after {options.timeout:g} s (--timeout); stopped{where}"
+        ) from None
+    finally:
+        _stop(side)
+    if side.returncode != 0:
+        message = "\n".join(line for line in stderr.splitlines() if "torch_npu is emulated" not in line)
+        if side.returncode < 0 or "MemoryError" in message:
+            cap = f" (--max-side-memory {options.memory / 2**30:g} GiB)" if options.memory else ""
+            message = message or f"killed by signal {-side.returncode}{cap}"
+        raise SideFailed(role, message.rstrip() or f"exit code {side.returncode}")
     return torch.load(out, weights_only=False)
+
+
+def _memory_cap(limit: int | None) -> Callable[[], None] | None:
+    """Run in the side process before it starts: cap the data it may allocate."""
+    if limit is None:
+        return None
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    return cap
+
+
+def _stop(side: subprocess.Popen[str]) -> None:
+    """Kill the side and every process it started, if still running."""
+    if side.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(side.pid, signal.SIGKILL)
+        side.wait()
+
+
+def _user_frames(stderr: str, tree: Path) -> str:
+    """Where the side was when it was stopped: its tracebacks' lines in the user's tree."""
+    root = str(tree.resolve())
+    frames = [line.strip() for line in stderr.splitlines() if root in line and "File" in line]
+    return (" in:\n  " + "\n  ".join(frames[-6:])) if frames else ""
 
 
 def run(options: Options, phase: Callable[[str], None] = lambda _: None) -> Result:

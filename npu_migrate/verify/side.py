@@ -7,6 +7,7 @@ The original side also saves its weights and inputs, so the migrated side starts
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import sys
@@ -241,6 +242,8 @@ def _train(
 def main() -> int:
     request = json.loads(Path(sys.argv[1]).read_text())
     tree = Path(request["tree"])
+    if request.get("timeout"):  # just before the parent stops this side: where it was, on stderr
+        faulthandler.dump_traceback_later(max(1.0, request["timeout"] - 2), exit=False)
     try:
         report = run(request)
     except EntryError as exc:

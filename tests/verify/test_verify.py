@@ -5,7 +5,10 @@ sides give clear errors."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,3 +196,44 @@ def test_dtype_tolerances_are_configurable(tmp_path: Path) -> None:
         "verify", *pair("cnn", "migrated"), "--entry", "entry.py:build", "--rtol", "half", cwd=tmp_path
     )
     assert bad.returncode == 2 and "--rtol takes DTYPE=VALUE" in bad.stderr
+
+
+LOOP_ARGS = ["--entry", "entry.py:build", "--timeout", "8"]
+
+
+def test_a_looping_side_is_stopped_where_it_loops_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    tree = tmp_path / "loops"
+    tree.mkdir()
+    (tree / "entry.py").write_text(
+        "import torch\n\n\ndef spin():\n    while True:\n        pass\n\n\ndef build():\n    spin()\n"
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_migrate", "verify", "--original", tree, "--migrated", tree, *LOOP_ARGS],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "the original side failed" in result.stderr and "still running after 8 s" in result.stderr
+    assert "entry.py" in result.stderr and "spin" in result.stderr  # where it was
+    assert list(temp.iterdir()) == []  # the work folder went with it
+    leftover = subprocess.run(["pgrep", "-f", "npu_migrate.verify.side"], capture_output=True, text=True)
+    assert str(tree) not in leftover.stdout
+
+
+def test_a_side_over_its_memory_cap_fails_plainly(tmp_path: Path) -> None:
+    tree = tmp_path / "hungry"
+    tree.mkdir()
+    (tree / "entry.py").write_text(
+        "import torch\n\n\ndef build():\n    hog = torch.ones(4 * 2**30 // 4)\n"
+        "    return torch.nn.Linear(2, 2), (hog[:2],)\n"
+    )
+    code, _, output = verify(tmp_path, "--original", tree, "--migrated", tree, "--max-side-memory", "1")
+    assert code == 2
+    assert "the original side failed" in output
+    assert "memory" in output.lower()
