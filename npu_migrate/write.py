@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from stat import S_IMODE
+from stat import S_IMODE, S_ISDIR, S_ISLNK, S_ISREG
 
 from npu_migrate.model import FileOutcome
 
@@ -62,11 +62,21 @@ def copy_tree(source: Path, destination: Path) -> Path:
         tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".partial")
     )
     try:
-        shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return staging
+
+
+def _special_files(folder: str, names: list[str]) -> set[str]:
+    """FIFOs, sockets and devices are not copied (reading a FIFO blocks forever)."""
+    special = set()
+    for name in names:
+        mode = os.lstat(os.path.join(folder, name)).st_mode
+        if not (S_ISDIR(mode) or S_ISREG(mode) or S_ISLNK(mode)):
+            special.add(name)
+    return special
 
 
 @dataclass

@@ -285,3 +285,24 @@ def test_git_ignore_rules_apply_as_git_applies_them(tmp_path: Path) -> None:
     names = sorted(Path(f.display).name for f in discover([root]))
     assert names == ["keep_pb2.py", "model.py"]
     assert sorted(Path(f.display).name for f in discover([root / "src"])) == names
+
+
+def test_out_copies_skip_fifos_and_refuse_a_linked_destination(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": CUDA})
+    os.mkfifo(root / "pipe")
+    run = cli("apply", root, "--out", tmp_path / "copy", cwd=tmp_path)
+    no_traceback(run)
+    assert (tmp_path / "copy" / "a.py").read_text() == MIGRATED
+    assert not (tmp_path / "copy" / "pipe").exists()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    linked = cli("apply", root, "--out", tmp_path / "linked", cwd=tmp_path)
+    assert linked.returncode == 2 and "symbolic link" in linked.stderr
+    assert not list(tmp_path.glob(".linked.*.partial"))
+
+
+def test_an_undecodable_file_is_reported_with_its_line(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"a.py": b'import torch\nx = 1\ny = "\xff"\nx.cuda()\n'})
+    run = cli("apply", root, cwd=tmp_path)
+    assert run.returncode == 2
+    assert "a.py: line 3: cannot decode as utf-8" in run.stdout

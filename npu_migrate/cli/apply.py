@@ -49,6 +49,8 @@ def apply(
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             common.fail("--out takes exactly one folder to copy")
+        if out_dir.is_symlink():
+            common.fail(f"--out {out_dir} is a symbolic link; name a real folder")
         if out_dir.exists() and not (out_dir.is_dir() and not any(out_dir.iterdir())):
             common.fail(f"--out {out_dir} already exists and is not empty")
         if out_dir.resolve().is_relative_to(paths[0].resolve()):

@@ -98,7 +98,10 @@ def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicabil
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         return FileResult(error=_syntax_error(source, exc))
-    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+    except UnicodeDecodeError as exc:
+        line = source.count(b"\n", 0, exc.start) + 1
+        return FileResult(error=f"line {line}: cannot decode as {exc.encoding}: {exc.reason}")
+    except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module)
     ctx = _match(module, table, index.names.plan(table), index, enabled)
