@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
     from npu_migrate.rules.schema import Rule
 
-PARALLEL_FROM = 512 * 1024  # bytes of source for the engine: fewer are not worth starting workers for
+FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
 PACKAGE = Path(__file__).resolve().parent
 INTERNAL_ERROR = "internal error"  # an engine bug: never cached, so a fixed tool looks again
 
@@ -134,26 +138,62 @@ def _migrate_all(
     advance: Callable[[], None],
     jobs: int,
 ) -> list[FileResult]:
+    """Every file's result, from supervised worker processes: a file that crashes its worker
+    (a parser's segfault) or runs past FILE_SECONDS is named in its result, and the rest of the
+    run goes on. Biggest files first, so the workers finish together."""
     rules = source.rules
-    results: list[FileResult] = []
-    if jobs <= 1 or sum(len(f.data or b"") for f in files) < PARALLEL_FROM:
-        from npu_migrate.engine.index import RuleIndex
+    todo = deque(sorted(range(len(files)), key=lambda i: -len(files[i].data or b"")))
+    results: dict[int, FileResult] = {}
+    suspects: list[int] = []  # in flight when a worker crashed: each runs again alone
+    while todo or suspects:
+        alone = bool(suspects)
+        batch = deque([suspects.pop()]) if alone else todo
+        crashed = _supervise(files, batch, rules, enabled, 1 if alone else jobs, results, advance)
+        if alone and crashed:
+            results[crashed[0]] = FileResult(error=f"{INTERNAL_ERROR}: the parser crashed on this file")
+            advance()
+        else:
+            suspects += crashed
+    return [results[i] for i in range(len(files))]
 
-        index = RuleIndex(rules)
-        for file in files:
-            results.append(migrate_file(file, index, enabled))
-            advance()
-        return results
-    # Biggest files first, a few at a time: the workers finish together.
-    order = sorted(range(len(files)), key=lambda i: -len(files[i].data or b""))
-    done: dict[int, FileResult] = {}
-    with ProcessPoolExecutor(jobs, initializer=_start_worker, initargs=(rules, enabled)) as pool:
-        for i, result in zip(
-            order, pool.map(_migrate_in_worker, [files[i] for i in order], chunksize=2), strict=True
-        ):
-            done[i] = result
-            advance()
-    return [done[i] for i in range(len(files))]
+
+def _supervise(
+    files: list[SourceFile],
+    batch: deque[int],
+    rules: Sequence[Rule],
+    enabled: frozenset[Applicability],
+    width: int,
+    results: dict[int, FileResult],
+    advance: Callable[[], None],
+) -> list[int]:
+    """Run the batch on `width` workers, at most one file each at a time, until it is done, a
+    file runs too long (its result says so; the pool is replaced), or a worker dies: then the
+    files in flight are returned."""
+    with ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled)) as pool:
+        running: dict[Future[FileResult], tuple[int, float]] = {}
+        while batch or running:
+            while batch and len(running) < width:
+                i = batch.popleft()
+                running[pool.submit(_migrate_in_worker, files[i])] = (i, time.monotonic())
+            finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i, _ = running.pop(future)
+                try:
+                    results[i] = future.result()
+                except BrokenProcessPool:
+                    return [i, *(j for j, _ in running.values())]
+                advance()
+            late = [(f, i) for f, (i, start) in running.items() if time.monotonic() - start > FILE_SECONDS]
+            if late:
+                for future, i in late:
+                    running.pop(future)
+                    results[i] = FileResult(error=f"{INTERNAL_ERROR}: stopped after {FILE_SECONDS} s")
+                    advance()
+                batch.extendleft(i for i, _ in running.values())
+                for worker in multiprocessing.active_children():
+                    worker.kill()
+                return []
+    return []
 
 
 def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:

@@ -306,3 +306,36 @@ def test_an_undecodable_file_is_reported_with_its_line(tmp_path: Path) -> None:
     run = cli("apply", root, cwd=tmp_path)
     assert run.returncode == 2
     assert "a.py: line 3: cannot decode as utf-8" in run.stdout
+
+
+def test_a_file_that_crashes_or_stalls_its_worker_is_named_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers are forked: an engine patched here crashes (abort, as a parser's segfault would)
+    or stalls on marked files, in the workers."""
+    import npu_migrate.engine.source as source
+    import npu_migrate.pipeline as pipeline
+
+    real = source.migrate_source
+
+    def hostile(data: bytes, *args: object, **kwargs: object) -> object:
+        if b"CRASH" in data:
+            os.abort()
+        if b"STALL" in data:
+            import time
+
+            time.sleep(600)
+        return real(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(source, "migrate_source", hostile)
+    monkeypatch.setattr(pipeline, "FILE_SECONDS", 3)
+    root = tree(
+        tmp_path,
+        {f"f{i}.py": CUDA for i in range(6)}
+        | {"crash.py": CUDA + "# CRASH\n", "stall.py": CUDA + "# STALL\n"},
+    )
+    outcomes = run_rules(discover([root]), RuleSource(), frozenset({Applicability.safe}), jobs=2)
+    errors = {Path(o.file.display).name: o.result.error for o in outcomes if o.result.error}
+    assert errors.keys() == {"crash.py", "stall.py"}
+    assert "crashed" in (errors["crash.py"] or "") and "stopped after 3 s" in (errors["stall.py"] or "")
+    assert all(o.result.new_source for o in outcomes if Path(o.file.display).name.startswith("f"))
