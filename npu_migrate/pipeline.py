@@ -1,7 +1,8 @@
 """Many files through the engine: one outcome per file. A file whose result is in the cache
 (same bytes, same rules, same tool, same options) is not looked at again; the rules are loaded
-and the engine imported only when some file needs them; worker processes start only when the
-files left are enough to pay for them."""
+and the engine imported only when some file needs them, and the engine runs in supervised
+worker processes (as many as -j, no more than files to do), so that a file that crashes or
+stalls a parser costs only that file."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import resource
 import sys
 import threading
 import time
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
+WORKER_MEMORY = 4 * 2**30  # bytes of data a worker may allocate
 PACKAGE = Path(__file__).resolve().parent
 INTERNAL_ERROR = "internal error"  # an engine bug: never cached, so a fixed tool looks again
 
@@ -148,7 +151,8 @@ def _migrate_all(
     while todo or suspects:
         alone = bool(suspects)
         batch = deque([suspects.pop()]) if alone else todo
-        crashed = _supervise(files, batch, rules, enabled, 1 if alone else jobs, results, advance)
+        width = 1 if alone else max(1, min(jobs, len(batch)))
+        crashed = _supervise(files, batch, rules, enabled, width, results, advance)
         if alone and crashed:
             results[crashed[0]] = FileResult(error=f"{INTERNAL_ERROR}: the parser crashed on this file")
             advance()
@@ -212,28 +216,34 @@ def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicab
 # deep stack and a recursion limit to match.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 50_000
-_engine_thread: ThreadPoolExecutor | None = None
+_engine_thread: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, it)
 
 
 def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileResult:
     global _engine_thread
-    if _engine_thread is None:
+    if _engine_thread is None or _engine_thread[0] != os.getpid():  # a forked worker has no thread
         threading.stack_size(_STACK_BYTES)
-        _engine_thread = ThreadPoolExecutor(1, thread_name_prefix="npu-migrate-engine")
-        _engine_thread.submit(int).result()  # the thread starts now, with the deep stack
+        thread = ThreadPoolExecutor(1, thread_name_prefix="npu-migrate-engine")
+        thread.submit(int).result()  # the thread starts now, with the deep stack
         threading.stack_size(0)
         sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
-    return _engine_thread.submit(function, *args).result()
+        _engine_thread = (os.getpid(), thread)
+    return _engine_thread[1].submit(function, *args).result()
 
 
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
 
 
 def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability]) -> None:
+    """A worker: its rule index, and a cap on its memory (a huge file fails alone, as a
+    MemoryError or a crash the supervisor names, instead of taking the machine's memory)."""
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
     _worker = (RuleIndex(rules), enabled)
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    if hard == resource.RLIM_INFINITY or hard > WORKER_MEMORY:
+        resource.setrlimit(resource.RLIMIT_DATA, (WORKER_MEMORY, hard))
 
 
 def _migrate_in_worker(file: SourceFile) -> FileResult:
