@@ -7,6 +7,7 @@ import importlib.util
 import runpy
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -34,5 +35,8 @@ def run_script(script: Path, args: list[str], emulate: bool) -> int:
         if code is None or isinstance(code, int):
             return code or 0
         print(code, file=sys.stderr)
+        return 1
+    except Exception:  # the script's own failure: as `python SCRIPT` reports it
+        traceback.print_exc()
         return 1
     return 0
