@@ -21,6 +21,8 @@ from npu_migrate.rules.files import RuleError
 from npu_migrate.rules.load import load_rules
 from npu_migrate.write import write_outcomes
 
+from .test_cli import project as tree
+
 CUDA = "import torch\nx.cuda()\ntorch.cuda.synchronize()\n"
 MIGRATED = "import torch\nimport torch_npu\nx.npu()\ntorch.npu.synchronize()\n"
 
@@ -41,15 +43,6 @@ def cli(*args: str | Path, cwd: Path, limit_bytes: int | None = None) -> subproc
         check=False,
         preexec_fn=file_size_limit if limit_bytes is not None else None,
     )
-
-
-def tree(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
-    root = tmp_path / "tree"
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return root
 
 
 def no_traceback(run: subprocess.CompletedProcess[str]) -> None:
