@@ -63,10 +63,26 @@ def copy_tree(source: Path, destination: Path) -> Path:
     )
     try:
         shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+        _retarget_links(source, staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return staging
+
+
+def _retarget_links(source: Path, copy: Path) -> None:
+    """A link in the copy that names a path inside the original tree by its absolute path would
+    lead back to the unmigrated original: it is made to lead to the same place in the copy."""
+    root = source.resolve()
+    for folder, dirs, names in os.walk(copy):
+        for name in dirs + names:
+            link = Path(folder) / name
+            if not link.is_symlink() or not os.path.isabs(target := os.readlink(link)):
+                continue
+            if Path(target).resolve().is_relative_to(root):
+                place = copy / Path(target).resolve().relative_to(root)
+                link.unlink()
+                link.symlink_to(os.path.relpath(place, link.parent))
 
 
 def _special_files(folder: str, names: list[str]) -> set[str]:

@@ -332,3 +332,14 @@ def test_a_file_that_crashes_or_stalls_its_worker_is_named_and_the_run_goes_on(
     assert errors.keys() == {"crash.py", "stall.py"}
     assert "crashed" in (errors["crash.py"] or "") and "stopped after 3 s" in (errors["stall.py"] or "")
     assert all(o.result.new_source for o in outcomes if Path(o.file.display).name.startswith("f"))
+
+
+def test_an_absolute_link_into_the_tree_leads_into_the_copy(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"pkg/model.py": CUDA})
+    (root / "model.py").symlink_to((root / "pkg" / "model.py").resolve())
+    run = cli("apply", root, "--out", tmp_path / "copy", cwd=tmp_path)
+    no_traceback(run)
+    link = tmp_path / "copy" / "model.py"
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+    assert link.read_text() == MIGRATED
+    assert (root / "pkg" / "model.py").read_text() == CUDA
