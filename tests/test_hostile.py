@@ -219,6 +219,7 @@ def test_a_hard_link_is_reported(tmp_path: Path) -> None:
     [
         ({"string": "(?i)cuda", "where": [{"assign": ["device"]}]}, "inline flags must be scoped"),
         ({"string": "(?P<dev>cuda)", "where": [{"assign": ["device"]}]}, "named groups are not allowed"),
+        ({"string": "(a+)+b", "where": [{"assign": ["device"]}]}, "exponential time"),
         ({"name": ["*"]}, "match.name.0"),
         ({"call": ["torch.load("]}, "match.call.0"),
         ({"method": ["cuda()"]}, "match.method.0"),
