@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
-WORKER_MEMORY = 4 * 2**30  # bytes of data a worker may allocate
+MEMORY_SHARE = 3 / 4  # of the machine's memory, for all workers together
 PACKAGE = Path(__file__).resolve().parent
 INTERNAL_ERROR = "internal error"  # an engine bug: never cached, so a fixed tool looks again
 
@@ -173,7 +173,8 @@ def _supervise(
     """Run the batch on `width` workers, at most one file each at a time, until it is done, a
     file runs too long (its result says so; the pool is replaced), or a worker dies: then the
     files in flight are returned."""
-    with ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled)) as pool:
+    memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE / width)
+    with ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory)) as pool:
         running: dict[Future[FileResult], tuple[int, float]] = {}
         while batch or running:
             while batch and len(running) < width:
@@ -234,16 +235,17 @@ def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileRe
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
 
 
-def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability]) -> None:
-    """A worker: its rule index, and a cap on its memory (a huge file fails alone, as a
-    MemoryError or a crash the supervisor names, instead of taking the machine's memory)."""
+def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability], memory: int) -> None:
+    """A worker: its rule index, and a cap on its memory, its share of MEMORY_SHARE of the
+    machine's (a huge file fails alone, as a MemoryError or a crash the supervisor names,
+    instead of taking the machine's memory)."""
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
     _worker = (RuleIndex(rules), enabled)
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
-    if hard == resource.RLIM_INFINITY or hard > WORKER_MEMORY:
-        resource.setrlimit(resource.RLIMIT_DATA, (WORKER_MEMORY, hard))
+    if hard == resource.RLIM_INFINITY or hard > memory:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, hard))
 
 
 def _migrate_in_worker(file: SourceFile) -> FileResult:
