@@ -141,7 +141,12 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             found.append(SourceFile(top, printable(str(top)), skipped="not a regular file"))
             continue
         ignores = _Ignores(top)
-        for folder, dirs, names in os.walk(top):
+
+        def unreadable(error: OSError) -> None:  # os.walk would skip a folder it cannot list, silently
+            where = str(error.filename)
+            found.append(SourceFile(Path(where), printable(where), skipped=f"cannot read: {error.strerror}"))
+
+        for folder, dirs, names in os.walk(top, onerror=unreadable):
             rel_here = Path(folder).relative_to(top)
             ignores.enter(rel_here)
             kept = [d for d in dirs if d not in SKIP_DIRS and not ignores.ignored(rel_here / d, is_dir=True)]

@@ -2,9 +2,12 @@
 odd encodings and line endings, spliced lines and CUDA tokens. Every case must finish within its
 time limit, raise nothing, and never produce a rewrite that does not parse when its input did.
 
-    python -m tests.fuzz [--cases 3000] [--seed 1] [--seconds 20]
+    python -m tests.fuzz [--cases 3000] [--seed 1] [--seconds 20] [--tree]
 
-The test suite runs a few hundred cases (tests/test_fuzz.py); run thousands by hand."""
+With --tree the cases are written as one tree and go through the real command line (`scan`,
+then `apply --unsafe` in place): it must exit 0, 1 or 2 without a traceback, and every file it
+rewrites must parse where its input did. The test suite runs a few hundred cases of each
+(tests/test_fuzz.py); run thousands by hand."""
 
 from __future__ import annotations
 
@@ -157,14 +160,53 @@ def run(count: int, seed: int, seconds: int) -> list[Failure]:
     return failures
 
 
+def run_tree(count: int, seed: int, folder: Path, seconds: int = 600) -> list[Failure]:
+    """The cases as files of one tree, through `scan` and `apply --unsafe`; the failures found."""
+    import os
+    import subprocess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for case, mutation, data in cases(count, seed):
+        path = folder / f"case{case}_{mutation}.py"
+        path.write_bytes(data)
+        written[path] = data
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder.parent / "fuzz-cache")}
+    failures = []
+    for command in (["scan", str(folder)], ["apply", str(folder), "--unsafe"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "npu_migrate", *command],
+            cwd=folder.parent,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=seconds,
+            check=False,
+        )
+        if done.returncode not in (0, 1, 2) or "Traceback" in done.stdout + done.stderr:
+            failures.append(Failure(-1, command[0], f"exit {done.returncode}: {done.stderr[-2000:]}"))
+    for case, (path, data) in enumerate(written.items()):
+        after = path.read_bytes()
+        if after != data and _parses(data) and not _parses(after):
+            failures.append(Failure(case, path.name, "apply wrote a file that does not parse"))
+    return failures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seconds", type=int, default=20, help="time limit of one case")
+    parser.add_argument("--tree", action="store_true", help="as one tree through the command line")
     args = parser.parse_args()
     start = time.perf_counter()
-    failures = run(args.cases, args.seed, args.seconds)
+    if args.tree:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="npu-migrate-fuzz-") as scratch:
+            failures = run_tree(args.cases, args.seed, Path(scratch) / "tree")
+    else:
+        failures = run(args.cases, args.seed, args.seconds)
     for failure in failures:
         print(f"case {failure.case} ({failure.mutation}): {failure.problem}")
     print(f"{args.cases} cases, {len(failures)} failure(s), {time.perf_counter() - start:.1f} s")

@@ -344,3 +344,18 @@ def test_an_absolute_link_into_the_tree_leads_into_the_copy(tmp_path: Path) -> N
     assert link.is_symlink() and not os.path.isabs(os.readlink(link))
     assert link.read_text() == MIGRATED
     assert (root / "pkg" / "model.py").read_text() == CUDA
+
+
+def test_a_folder_that_cannot_be_listed_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permissions do not bind root (the test user here), so the folder's listing fails by hand."""
+    root = tree(tmp_path, {"a.py": CUDA, "locked/b.py": CUDA})
+    real = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    found = {Path(f.display).name: f.skipped for f in discover([root])}
+    assert found == {"a.py": None, "locked": "cannot read: Permission denied"}
