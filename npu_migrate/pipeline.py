@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,30 +47,20 @@ class RuleSource:
 
     extra: Sequence[Path] = ()
     builtin: bool = True
-    _loaded: list[Rule] | None = field(default=None, repr=False)
 
     @cached_property
     def rules(self) -> list[Rule]:
         from npu_migrate.rules.load import load_rules
 
-        return self._loaded if self._loaded is not None else load_rules(self.extra, self.builtin)
-
-    @classmethod
-    def of(cls, rules: Sequence[Rule]) -> RuleSource:
-        """Rules already loaded."""
-        return cls(_loaded=list(rules))
+        return load_rules(self.extra, self.builtin)
 
     def fingerprint(self) -> str:
         """What the results depend on besides a file's bytes: this tool's own code and the rules."""
-        digest = hashlib.sha256()
-        if self._loaded is not None:
-            digest.update(json.dumps([r.model_dump(mode="json") for r in self._loaded]).encode())
-        else:
-            from npu_migrate.rules.files import builtin_rules_dir, rule_files
+        from npu_migrate.rules.files import builtin_rules_dir, rule_files
 
-            tops = ([builtin_rules_dir()] if self.builtin else []) + list(self.extra)
-            for path in rule_files(tops):
-                digest.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
+        digest = hashlib.sha256()
+        for path in rule_files(([builtin_rules_dir()] if self.builtin else []) + list(self.extra)):
+            digest.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
         for path in sorted(PACKAGE.rglob("*.py")):
             digest.update(path.read_bytes())
         return digest.hexdigest()

@@ -17,7 +17,7 @@ from npu_migrate.rules.base import ArgCondition, Argument
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
 
-_STRING = (cst.SimpleString, cst.FormattedString)
+STRING_LITERALS = (cst.SimpleString, cst.FormattedString)
 
 
 def callee(ctx: FileContext, node: cst.Call) -> str | None:
@@ -66,7 +66,7 @@ def parameter(node: cst.Call, name: str, signature: list[str]) -> list[cst.BaseE
 
 def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
     """String literals that are the value of `expr`, looking through conditionals and sequences."""
-    if isinstance(expr, _STRING):
+    if isinstance(expr, STRING_LITERALS):
         yield expr
     elif isinstance(expr, cst.IfExp):
         yield from strings_in(expr.body)

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from npu_migrate.engine.fixes import substitute_string
 from npu_migrate.engine.kinds.arguments import (
+    STRING_LITERALS,
     arguments,
     callee,
     callee_is,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
-_STRING = (cst.SimpleString, cst.FormattedString)
 _COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
 
 
@@ -125,7 +125,7 @@ class StringMatcher(Matcher):
                 continue
             left, right = operands[i], operands[i + 1]
             for value, other in ((left, right), (right, left)):
-                if isinstance(other, _STRING):
+                if isinstance(other, STRING_LITERALS):
                     continue
                 text = self.ctx.module.code_for_node(other)
                 self._mark_where("compare", value, functools.partial(_glob, text))
