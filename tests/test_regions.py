@@ -10,7 +10,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable
-from npu_migrate.engine.regions import import_bindings, split_lines
+from npu_migrate.engine.regions import import_bindings, line_starts, split_lines
 from npu_migrate.engine.source import migrate_whole, scan_regions
 from npu_migrate.model import FileResult
 from npu_migrate.prefilter import word_counts
@@ -122,7 +122,8 @@ def test_the_region_road_finds_what_it_should_not_skip() -> None:
 def test_cheap_import_bindings_cover_the_real_ones(source: str) -> None:
     """Read from the `import` lines alone, the bindings are a superset of the file's, or None
     (`else: import x` cannot be read alone): then the file is parsed to find them."""
-    cheap = import_bindings(source, split_lines(source))
+    lines = split_lines(source)
+    cheap = import_bindings(source, lines, line_starts(lines))
     real = ImportTable.of_ast(ast.parse(source)).bound
     if "else: import" in source:
         assert cheap is None

@@ -21,6 +21,7 @@ import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from npu_migrate.engine.names import ImportTable, ast_blocks
 
@@ -145,7 +146,7 @@ class Survey:
     strings: dict[str, list[int]]  # string regex -> where the literals that start with it are
     rules: list[_Rule]
 
-    def lines(self, bindings: Iterable[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    def lines(self, bindings: Iterable[tuple[str, str]], starts: list[int]) -> tuple[list[int], list[int]]:
         """The lines with an anchor: (for statement rules, for function rules). Of each rule's
         alternatives, the one whose rarest words this file spells least often is used."""
         counts = self.counts
@@ -175,7 +176,6 @@ class Survey:
                     found[rule.function].add((token.value, "string"))
         if not found[0] and not found[1]:
             return [], []
-        starts = [0] + [m.end() for m in NEWLINE.finditer(self.text)]
 
         def lines(regexes: set[tuple[str, str]]) -> list[int]:
             offsets: set[int] = set()
@@ -226,7 +226,7 @@ def _quoted(regex: str) -> re.Pattern[str]:
 _IMPORT = re.compile(r"\bimport\b")
 
 
-def import_bindings(text: str, lines: list[str]) -> list[tuple[str, str]] | None:
+def import_bindings(text: str, lines: list[str], starts: list[int]) -> list[tuple[str, str]] | None:
     """Every (local, qualified) binding the file's imports may make, without parsing the file:
     each line with the word `import` (and the lines its statement continues on) parsed alone.
     More than the file binds is harmless (a docstring's example: an anchor too many); None when
@@ -234,7 +234,7 @@ def import_bindings(text: str, lines: list[str]) -> list[tuple[str, str]] | None
     table = ImportTable()
     done: set[int] = set()
     for match in _IMPORT.finditer(text):
-        line = text.count("\n", 0, match.start()) if "\r" not in text else _line_of(text, match.start())
+        line = bisect.bisect_right(starts, match.start()) - 1
         if line in done or lines[line].lstrip().startswith(("#", ">>>", "...")):
             continue  # a comment or a doctest: no statement starts here
         first = line
@@ -256,8 +256,9 @@ def import_bindings(text: str, lines: list[str]) -> list[tuple[str, str]] | None
 _IMPORT_LINES = 40  # an import statement (or the `try:` around it) longer than this: parse the file
 
 
-def _line_of(text: str, offset: int) -> int:
-    return len(NEWLINE.findall(text, 0, offset))
+def line_starts(lines: list[str]) -> list[int]:
+    """The offset at which each line starts (for bisect: a text offset to its line)."""
+    return list(accumulate(map(len, lines), initial=0))
 
 
 def split_lines(text: str) -> list[str]:

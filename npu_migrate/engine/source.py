@@ -25,6 +25,7 @@ from npu_migrate.engine.regions import (
     Placed,
     file_line,
     import_bindings,
+    line_starts,
     module_of_regions,
     regions,
     split_lines,
@@ -45,7 +46,9 @@ def migrate_source(
     found = scan_regions(source, index, enabled, counts)
     if found is not None and not any(f.applied for f in found.findings):
         return found
-    return migrate_whole(source, index, enabled)
+    # A fix applies (the regions road parsed the file with the stdlib: not too deep), or the
+    # regions road gave up (it may not have parsed it).
+    return migrate_whole(source, index, enabled, checked=found is not None)
 
 
 def scan_regions(
@@ -65,15 +68,17 @@ def scan_regions(
     if survey is None:
         return FileResult()
     lines = split_lines(text)
-    cheap = import_bindings(text, lines)  # enough to tell most files with no anchor from the rest
-    if cheap is not None and survey.lines(cheap) == ([], []):
+    starts = line_starts(lines)
+    cheap = import_bindings(text, lines, starts)  # enough to tell most files with no anchor apart
+    anchored = survey.lines(cheap, starts) if cheap is not None else None
+    if anchored == ([], []):
         return FileResult()
     try:
         tree = stdlib_parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     table = ImportTable.of_ast(tree)
-    statement_lines, function_lines = survey.lines(cheap if cheap is not None else table.bound)
+    statement_lines, function_lines = anchored or survey.lines(table.bound, starts)
     if not statement_lines and not function_lines:
         return FileResult()
     code, placed = module_of_regions(lines, regions(tree, lines, statement_lines, function_lines))
@@ -89,9 +94,12 @@ def scan_regions(
     )
 
 
-def migrate_whole(source: bytes, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
-    """Parse the whole file, match, fix and edit its imports."""
-    too_deep = _too_deep(source)
+def migrate_whole(
+    source: bytes, index: RuleIndex, enabled: frozenset[Applicability], checked: bool = False
+) -> FileResult:
+    """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
+    this file already (so it is not nested too deeply for libcst)."""
+    too_deep = None if checked else _too_deep(source)
     if too_deep:
         return FileResult(error=too_deep)
     try:
