@@ -54,12 +54,25 @@ def hooks_of(owner: object) -> tuple[dict[type, VisitHook], dict[type, LeaveHook
     """An object's `visit_<Node>` and `leave_<Node>` methods, keyed by libcst node type."""
     visits: dict[type, VisitHook] = {}
     leaves: dict[type, LeaveHook] = {}
-    for attribute in dir(type(owner)):
-        prefix, _, node = attribute.partition("_")
-        if prefix in ("visit", "leave") and isinstance(getattr(cst, node, None), type):
-            table: dict = visits if prefix == "visit" else leaves
-            table[getattr(cst, node)] = getattr(owner, attribute)
+    for prefix, node_type, attribute in _hook_names(type(owner)):
+        table: dict = visits if prefix == "visit" else leaves
+        table[node_type] = getattr(owner, attribute)
     return visits, leaves
+
+
+def _hook_names(owner: type) -> tuple[tuple[str, type, str], ...]:
+    """A class's hook methods, read once per class (matchers are made for every file)."""
+    if owner not in _HOOKS:
+        found = []
+        for attribute in dir(owner):
+            prefix, _, node = attribute.partition("_")
+            if prefix in ("visit", "leave") and isinstance(node_type := getattr(cst, node, None), type):
+                found.append((prefix, node_type, attribute))
+        _HOOKS[owner] = tuple(found)
+    return _HOOKS[owner]
+
+
+_HOOKS: dict[type, tuple[tuple[str, type, str], ...]] = {}
 
 
 class Matcher:
