@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
+
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
 IMPORTED = re.compile(
@@ -49,7 +51,7 @@ class Prefilter:
     def __init__(self) -> None:
         self.alternatives: set[frozenset[str]] = set()
         self._regexes: list[str] = []
-        self._regex: re.Pattern[str] | None = None
+        self._regex: RuleRegex | None = None
 
     def need(self, *alternatives: frozenset[str]) -> None:
         """A rule matches only in files that contain every token of one of `alternatives`."""
@@ -59,7 +61,7 @@ class Prefilter:
         """A string rule: its regex must match a literal's whole text, so in the source it
         starts right after an opening quote (prose in comments does not count)."""
         self._regexes.append(regex)
-        self._regex = re.compile("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
+        self._regex = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
 
     def may_match(self, text: str, words: Iterable[str] | None = None) -> bool:
         """`words`: the file's words, where the caller has them already."""

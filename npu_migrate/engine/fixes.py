@@ -3,7 +3,6 @@ expressions, and keyword arguments stay keywords."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,6 +10,7 @@ import libcst as cst
 
 from npu_migrate.engine.imports import ImportPlan, import_path
 from npu_migrate.engine.names import ImportTable
+from npu_migrate.rules.regex import compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import KeywordEdit, Rule, Substitute
@@ -40,7 +40,7 @@ def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression
 
 def _substituted(text: str, edits: list[Substitute]) -> str:
     for edit in edits:
-        text = re.sub(edit.pattern, edit.to, text)
+        text = compile_rule_regex(edit.pattern).sub(edit.to, text)
     return text
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from npu_migrate.engine.names import ImportTable, ast_blocks
+from npu_migrate.rules.regex import compile_rule_regex
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -113,10 +114,13 @@ class Anchors:
         if not regexes:
             return {}
         found: dict[str, list[int]] = {}
-        for quote in _any_quoted(tuple(regexes)).finditer(text):
+        any_quoted = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in regexes) + ")")
+        quote = any_quoted.search(text)
+        while quote is not None:  # one search from each hit's quote on: matches may overlap
             for regex in regexes:
-                if _quoted(regex).match(text, quote.start()):
+                if compile_rule_regex(f"[\"'](?:{regex})").match(text, quote.start()):
                     found.setdefault(regex, []).append(quote.start())
+            quote = any_quoted.search(text, quote.start() + 1)
         return found
 
     def spellings(self, bindings: Iterable[tuple[str, str]]) -> dict[str, list[list[str]]]:
@@ -209,18 +213,6 @@ def _starts(regex: str, head: bool, text: str) -> Iterator[int]:
 @functools.cache
 def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
-
-
-@functools.cache
-def _any_quoted(regexes: tuple[str, ...]) -> re.Pattern[str]:
-    """A quote that one of the regexes follows."""
-    return re.compile("[\"'](?=" + "|".join(f"(?:{r})" for r in regexes) + ")")
-
-
-@functools.cache
-def _quoted(regex: str) -> re.Pattern[str]:
-    """A string literal whose text starts with the regex (the quote first: re skips to quotes)."""
-    return re.compile(f"[\"'](?:{regex})")
 
 
 _IMPORT = re.compile(r"\bimport\b")

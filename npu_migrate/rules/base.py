@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from npu_migrate.model import Applicability, Severity
+from npu_migrate.rules.regex import compile_rule_regex
 
 __all__ = [
     "Applicability",
@@ -37,52 +38,12 @@ PlainNames = Annotated[list[Annotated[str, Field(pattern=rf"^{_IDENTIFIER}$")]],
 
 
 def _compiles(value: str) -> str:
-    """A regex that works on its own and alongside the others (the engine searches many at
-    once): flags scoped to a group, no named groups."""
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regex: {exc}") from None
+    """A regex that RE2 runs (in linear time) on its own and alongside the others (the engine
+    searches many at once, so no named groups)."""
+    compile_rule_regex(value)
     if re.search(r"\(\?P?<(?![=!])", value):
         raise ValueError("named groups are not allowed: use (...) or (?:...)")
-    try:
-        re.compile(f"x(?:{value})|y(?:{value})")
-    except re.error:
-        raise ValueError("inline flags must be scoped to a group: write (?i:...) instead of (?i)") from None
-    if _nested_repeat(value):
-        raise ValueError("a repeat inside a repeat, as in (a+)+, can take exponential time: flatten it")
     return value
-
-
-def _nested_repeat(regex: str) -> bool:
-    """Whether a repeat of more than one (`+`, `*`, `{2,}`) holds another: the shape of
-    catastrophic backtracking. Read with the stdlib's own regex parser (not public API: should it
-    move, the check is skipped, and a stalled file is still stopped by the run's time limit)."""
-    try:
-        from re import _parser as parser  # type: ignore[attr-defined]
-    except ImportError:
-        return False
-    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None)}
-
-    def children(op: object, value: object) -> list:
-        if op is parser.SUBPATTERN:
-            return [value[-1]]  # type: ignore[index]
-        if op is parser.BRANCH:
-            return list(value[1])  # type: ignore[index]
-        return []
-
-    def walk(items: object, inside: bool) -> bool:
-        for op, value in items:  # type: ignore[attr-defined]
-            if op in repeats:
-                high, sub = value[1], value[2]
-                many = high is parser.MAXREPEAT or high > 1
-                if (many and inside) or walk(sub, inside or many):
-                    return True
-            elif any(walk(child, inside) for child in children(op, value)):
-                return True
-        return False
-
-    return walk(parser.parse(regex), False)
 
 
 Regex = Annotated[str, AfterValidator(_compiles)]

@@ -4,7 +4,6 @@ calls: call, method and string."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ import libcst as cst
 from npu_migrate.engine.names import dotted_parts, name_matches
 from npu_migrate.engine.patterns import code_of
 from npu_migrate.rules.base import ArgCondition, Argument
+from npu_migrate.rules.regex import compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
@@ -107,7 +107,7 @@ def _condition_holds(
             return False  # *args or **kwargs may carry it: absence cannot be proven
     if condition.string is not None:
         texts = [static_text(s) for v in values for s in strings_in(v)]
-        if not any(t is not None and re.fullmatch(condition.string, t) for t in texts):
+        if not any(t is not None and compile_rule_regex(condition.string).fullmatch(t) for t in texts):
             return False
     if condition.name is not None:
         names = [ctx.table.qualify(p) for v in values if (p := dotted_parts(v))]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import fnmatch
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -30,6 +29,7 @@ from npu_migrate.engine.names import dotted_parts, name_matches
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter
 from npu_migrate.rules.base import Argument, Regex, Strict
+from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
@@ -77,7 +77,7 @@ class StringMatch(Strict):
 @dataclass(frozen=True)
 class StringRule:
     rule: Rule
-    regex: re.Pattern[str]
+    regex: RuleRegex
     where: tuple[StringContext, ...]
 
 
@@ -188,7 +188,7 @@ class StringKind(Kind[StringMatch]):
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
-        self.strings = [StringRule(r, re.compile(m.string), tuple(m.where)) for r, m in self.entries]
+        self.strings = [StringRule(r, compile_rule_regex(m.string), tuple(m.where)) for r, m in self.entries]
 
     @classmethod
     def overlaps(cls, a: Rule, b: Rule) -> bool:
@@ -199,7 +199,10 @@ class StringKind(Kind[StringMatch]):
         if not any(_contexts_overlap(x, y) for x in ma.where for y in mb.where):
             return False
         texts = _example_strings(a) | _example_strings(b)
-        return any(re.fullmatch(ma.string, t) and re.fullmatch(mb.string, t) for t in texts)
+        return any(
+            compile_rule_regex(ma.string).fullmatch(t) and compile_rule_regex(mb.string).fullmatch(t)
+            for t in texts
+        )
 
     def need(self, prefilter: Prefilter) -> None:
         for string in self.strings:
