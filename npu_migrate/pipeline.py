@@ -210,32 +210,51 @@ _RECURSION_LIMIT = 50_000
 _engine_thread: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, it)
 
 
-def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileResult:
+def _engine() -> ThreadPoolExecutor:
+    """This process's engine thread, started on first use (a forked worker inherits none)."""
     global _engine_thread
-    if _engine_thread is None or _engine_thread[0] != os.getpid():  # a forked worker has no thread
+    if _engine_thread is None or _engine_thread[0] != os.getpid():
         threading.stack_size(_STACK_BYTES)
         thread = ThreadPoolExecutor(1, thread_name_prefix="npu-migrate-engine")
         thread.submit(int).result()  # the thread starts now, with the deep stack
         threading.stack_size(0)
         sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
         _engine_thread = (os.getpid(), thread)
-    return _engine_thread[1].submit(function, *args).result()
+    return _engine_thread[1]
+
+
+def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileResult:
+    return _engine().submit(function, *args).result()
 
 
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
 
 
 def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability], memory: int) -> None:
-    """A worker: its rule index, and a cap on its memory, its share of MEMORY_SHARE of the
-    machine's (a huge file fails alone, as a MemoryError or a crash the supervisor names,
-    instead of taking the machine's memory)."""
+    """A worker: its rule index, its engine thread, and a cap on the memory it may take on top
+    of that, its share of MEMORY_SHARE of the machine's (a huge file fails alone, as a
+    MemoryError or a crash the supervisor names, instead of taking the machine's memory)."""
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
     _worker = (RuleIndex(rules), enabled)
+    _engine()  # its stack is reserved (and counted as data) before the cap
+    held = _data_bytes()
+    if held is None:
+        return
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
-    if hard == resource.RLIM_INFINITY or hard > memory:
-        resource.setrlimit(resource.RLIMIT_DATA, (memory, hard))
+    if hard == resource.RLIM_INFINITY or hard > held + memory:
+        resource.setrlimit(resource.RLIMIT_DATA, (held + memory, hard))
+
+
+def _data_bytes() -> int | None:
+    """The size of this process's data, as RLIMIT_DATA counts it (Linux; None elsewhere)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    sizes = [line.split()[1] for line in status.splitlines() if line.startswith("VmData:")]
+    return int(sizes[0]) * 1024 if sizes else None
 
 
 def _migrate_in_worker(file: SourceFile) -> FileResult:

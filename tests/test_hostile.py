@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from npu_migrate import pipeline
 from npu_migrate.discover import discover
 from npu_migrate.model import Applicability
 from npu_migrate.pipeline import RuleSource, run_rules
@@ -333,7 +334,6 @@ def test_a_file_that_crashes_or_stalls_its_worker_is_named_and_the_run_goes_on(
     """Workers are forked: an engine patched here crashes (abort, as a parser's segfault would)
     or stalls on marked files, in the workers."""
     import npu_migrate.engine.source as source
-    import npu_migrate.pipeline as pipeline
 
     real = source.migrate_source
 
@@ -358,6 +358,22 @@ def test_a_file_that_crashes_or_stalls_its_worker_is_named_and_the_run_goes_on(
     assert errors.keys() == {"crash.py", "stall.py"}
     assert "crashed" in (errors["crash.py"] or "") and "stopped after 3 s" in (errors["stall.py"] or "")
     assert all(o.result.new_source for o in outcomes if Path(o.file.display).name.startswith("f"))
+
+
+def test_a_file_too_big_for_its_memory_cap_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's memory is capped at its share of the machine's on top of what it holds: here
+    250 MiB, so that libcst's parse of a 0.5 MB one-statement file (about 550 MiB) fails and
+    names the file, while a small file beside it is migrated."""
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(pipeline, "MEMORY_SHARE", 250 * 2**20 / machine)
+    huge = "import torch\nx = [" + "torch.cuda.synchronize(), " * 20_000 + "]\n"
+    root = tree(tmp_path, {"small.py": CUDA, "huge.py": huge})
+    outcomes = run_rules(discover([root]), RuleSource(), frozenset({Applicability.safe}), jobs=1)
+    by_name = {Path(o.file.display).name: o.result for o in outcomes}
+    assert by_name["small.py"].new_source is not None and by_name["small.py"].error is None
+    error = by_name["huge.py"].error or ""
+    assert "MemoryError" in error or "crashed" in error, error
+    assert by_name["huge.py"].new_source is None
 
 
 def test_an_absolute_link_into_the_tree_leads_into_the_copy(tmp_path: Path) -> None:
