@@ -1,0 +1,172 @@
+"""The "nothing silent" audit: after `apply`, is every CUDA trace left in the code rewritten or
+reported? A scan of a migrated tree must be the user's complete to-do list.
+
+    python benchmarks/audit.py TREE [TREE ...] [--unsafe] [--show N] [--jobs N]
+
+For each TREE: `apply TREE --out COPY` (the original is never modified), then `scan COPY --format
+json`, then every CUDA trace in COPY's code is looked up among the scan's findings by line. The
+traces are found here by Python's tokenizer, independently of the rule catalog (a detector built
+from the rules would only find what the rules already know):
+  * names: `cuda` (as in `torch.cuda`, `.cuda()`, `from torch import cuda`), `is_cuda`, `cudnn`,
+    `allow_tf32`, `set_float32_matmul_precision`, `NCCL`, `CUDAAccelerator`,
+    `is_torch_cuda_available`; a definition (`def cuda(self)`) or a keyword named so is not one;
+  * string literals whose whole text is a CUDA device or backend: `cuda`, `cuda:0`, `cuda:{}`
+    (f-string fields read as `{}`), `gpu`, `nccl` and the `cpu:gloo,cuda:nccl` forms, in any case.
+Comments and prose strings are not code and hold no traces.
+
+Prints, per tree: files, traces before and after apply, and how many of those left carry a
+finding on their line; then the silent ones by kind, and up to --show of them with their line.
+Exits 1 when any trace is silent (it is then a to-do list for the rule catalog), else 0."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tokenize
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACE_NAMES = frozenset(
+    {
+        "cuda",
+        "is_cuda",
+        "cudnn",
+        "allow_tf32",
+        "set_float32_matmul_precision",
+        "NCCL",
+        "CUDAAccelerator",
+        "is_torch_cuda_available",
+    }
+)
+TRACE_STRING = re.compile(r"(?i)cuda(:(\d+|\{\}))?|gpu|nccl|(cpu:gloo,)?cuda:nccl(,cpu:gloo)?")
+_FIELD = re.compile(r"\{[^{}]*\}")
+
+
+@dataclass(frozen=True)
+class Trace:
+    file: str  # relative to the tree
+    line: int
+    kind: str  # the name, or the string's text in quotes
+
+
+def traces_in(source: str, file: str) -> list[Trace]:
+    """The CUDA traces in one file's code (an empty list for a file that does not tokenize)."""
+    found: list[Trace] = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return found
+    code = [t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    for i, token in enumerate(code):
+        if token.type == tokenize.NAME and token.string in TRACE_NAMES:
+            before = code[i - 1].string if i else ""
+            after = code[i + 1].string if i + 1 < len(code) else ""
+            if before in ("def", "class") or (after == "=" and before in ("(", ",")):
+                continue
+            found.append(Trace(file, token.start[0], token.string))
+        elif token.type == tokenize.STRING:
+            text = _string_text(token.string)
+            if text is not None and TRACE_STRING.fullmatch(text):
+                found.append(Trace(file, token.start[0], repr(text.lower())))
+    return found
+
+
+def _string_text(literal: str) -> str | None:
+    """A literal's text, f-string fields as `{}`; None for bytes."""
+    prefix = re.match(r"[A-Za-z]*", literal)
+    letters = prefix.group(0).lower() if prefix else ""
+    if "b" in letters:
+        return None
+    body = literal[len(letters) :]
+    quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
+    body = body[len(quote) : len(body) - len(quote)]
+    return _FIELD.sub("{}", body) if "f" in letters else body
+
+
+def tree_traces(root: Path) -> list[Trace]:
+    found: list[Trace] = []
+    for path in sorted(root.rglob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            source = path.read_bytes().decode("utf-8", errors="replace")
+            found += traces_in(source, path.relative_to(root).as_posix())
+    return found
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "npu_migrate", *map(str, args)], capture_output=True, text=True, check=False
+    )
+
+
+def reported_lines(scan_json: str, root: Path) -> set[tuple[str, int]]:
+    """(file, line) for every line a finding covers."""
+    lines: set[tuple[str, int]] = set()
+    for finding in json.loads(scan_json)["findings"]:
+        file = Path(finding["file"]).resolve().relative_to(root.resolve()).as_posix()
+        for line in range(finding["line"], (finding.get("end_line") or finding["line"]) + 1):
+            lines.add((file, line))
+    return lines
+
+
+@dataclass
+class Audit:
+    tree: Path
+    before: int
+    after: list[Trace]
+    silent: list[Trace]
+    migrated: Path
+
+
+def audit(tree: Path, work: Path, unsafe: bool, jobs: int) -> Audit:
+    migrated = work / tree.name
+    flags = ["--unsafe"] if unsafe else []
+    applied = cli("apply", tree, "--out", migrated, "--no-cache", "-j", str(jobs),
+                  "--change-list", work / f"{tree.name}-changes.csv", *flags)  # fmt: skip
+    if applied.returncode not in (0, 1):
+        raise SystemExit(f"apply failed on {tree}: {applied.stderr.strip()[-2000:]}")
+    scanned = cli("scan", migrated, "--format", "json", "--no-cache", "-j", str(jobs))
+    if scanned.returncode not in (0, 1):
+        raise SystemExit(f"scan failed on {migrated}: {scanned.stderr.strip()[-2000:]}")
+    reported = reported_lines(scanned.stdout, migrated)
+    after = tree_traces(migrated)
+    silent = [t for t in after if (t.file, t.line) not in reported]
+    return Audit(tree, len(tree_traces(tree)), after, silent, migrated)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("trees", nargs="+", type=Path)
+    parser.add_argument("--unsafe", action="store_true", help="apply with --unsafe")
+    parser.add_argument("--show", type=int, default=20, help="silent traces to print per tree")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    any_silent = False
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-audit-") as work:
+        print(f"{'tree':<28} {'traces before':>13} {'after':>6} {'reported':>9} {'silent':>7}")
+        audits = [audit(tree, Path(work), args.unsafe, args.jobs) for tree in args.trees]
+        for a in audits:
+            reported = len(a.after) - len(a.silent)
+            print(f"{a.tree.name:<28} {a.before:>13} {len(a.after):>6} {reported:>9} {len(a.silent):>7}")
+        for a in audits:
+            if not a.silent:
+                continue
+            any_silent = True
+            kinds = ", ".join(f"{kind} {n}" for kind, n in Counter(t.kind for t in a.silent).most_common())
+            print(f"\n{a.tree.name}: silent by kind: {kinds}")
+            for t in a.silent[: args.show]:
+                line = (a.migrated / t.file).read_text(errors="replace").splitlines()[t.line - 1].strip()
+                print(f"  {t.file}:{t.line}: {line[:110]}")
+    return 1 if any_silent else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
