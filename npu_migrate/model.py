@@ -50,8 +50,9 @@ class Finding:
     column: int
     end_line: int
     code: str
-    replacement: str | None  # the fixed code; None when the rule is report-only
+    replacement: str | None  # the fixed code; None when the rule is report-only, or held
     applied: bool
+    held: str | None = None  # why the rule's fix is held back here: the code is kept as it is
 
 
 @dataclass

@@ -77,7 +77,13 @@ def test_change_list_has_the_peer_columns(tmp_path: Path) -> None:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == ["File", "Start Line", "End Line", "Operation Type", "Message"]
     kinds = {r["Operation Type"] for r in rows}
-    assert kinds == {"INSERT", "MODIFY", "UNSUPPORTED"}
+    assert kinds == {"INSERT", "MODIFY", "UNSUPPORTED", "NOTE"}
+    notes = {
+        r["Rule"]
+        for r in json.loads((tmp_path / "gpt_ddp-changes.json").read_text())
+        if r["Operation Type"] == "NOTE"
+    }
+    assert "NPU908" in notes  # nn.GELU: worth knowing, nothing to do
     inserts = [r for r in rows if r["Operation Type"] == "INSERT"]
     assert {r["File"] for r in inserts} == {"src/train.py", "src/model.py", "src/data.py"}
     records = json.loads((tmp_path / "gpt_ddp-changes.json").read_text())

@@ -5,7 +5,7 @@ kinds read and write this object, never each other."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import TYPE_CHECKING
 
@@ -13,9 +13,10 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.facts import Facts
+from npu_migrate.engine.holds import guard_split, subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable
-from npu_migrate.model import Applicability, Finding
+from npu_migrate.model import Applicability, Finding, Severity
 from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class Match:
     code: str
     replacement: str | None
     applied: bool
+    held: str | None = None  # why the rule's fix is held back here (engine.holds)
 
     def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
         where = positions[self.node]
@@ -43,6 +45,7 @@ class Match:
             code=self.code,
             replacement=self.replacement,
             applied=self.applied,
+            held=self.held,
         )
 
 
@@ -54,11 +57,11 @@ class FileContext:
         self.table = table
         self.plan = plan
         self.enabled = enabled
+        # The fixes a hold assumes: a scan predicts what a default apply would do.
+        self.planned = enabled or frozenset({Applicability.safe})
         self.facts = Facts()
         self.matches: list[Match] = []
         self.overridden: list[str] = []  # codes of catalog rules a user rule beat on some node
-        self.needed_imports: list[str] = []
-        self.droppable_imports: set[str] = set()
         self.rewritten: cst.Module = module  # the module with the enabled fixes, after the pass
 
     def code(self, node: cst.CSTNode) -> str:
@@ -83,24 +86,78 @@ class FileContext:
             winners.append(ranked[0])
         return sorted(winners, key=cmp_to_key(compare))
 
-    def record(self, original: cst.CSTNode, candidate: Candidate, applied: bool) -> None:
-        """A match, and for an applied fix the imports it needs and the ones it frees."""
+    def record(self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: str | None) -> None:
+        """A match; `held`: why its fix, if it has one, is held back."""
+        held = held if candidate.fixed is not None else None
         self.matches.append(
             Match(
                 candidate=candidate,
                 node=original,
                 code=self.code(original),
-                replacement=_code_of_fixed(self.module, candidate.fixed),
+                replacement=None if held else _code_of_fixed(self.module, candidate.fixed),
                 applied=applied,
+                held=held,
             )
         )
-        if not applied:
-            return
-        fix = candidate.rule.fix
-        for name in [*(fix.add_import if fix else []), *candidate.imports]:
-            if name not in self.needed_imports:
-                self.needed_imports.append(name)
-        self.droppable_imports.update(fix.drop_unused_imports if fix else [])
+
+    def hold_guard(self, original: cst.CSTNode, updated: cst.CSTNode, start: int) -> cst.CSTNode:
+        """A guard (engine.holds.guard_split) whose test a fix rewrites, over code that keeps
+        CUDA-only code: the test is put back as it was and its fixes are held."""
+        split = guard_split(original)
+        if split is None:
+            return updated
+        test, _ = split
+        in_test = {id(n) for n in subtree(test)}
+        fixed = [
+            i
+            for i in range(start, len(self.matches))
+            if id(self.matches[i].node) in in_test and self._fixes(self.matches[i])
+        ]
+        left = next(
+            (m for m in self.matches[start:] if id(m.node) not in in_test and self._leaves_cuda(m)), None
+        )
+        if not fixed or left is None:
+            return updated
+        what = left.code.splitlines()[0] if left.code else ""
+        held = f"it guards `{what}` ({left.candidate.rule.code}), which stays CUDA code: migrate that first"
+        for i in fixed:
+            self.matches[i] = replace(self.matches[i], applied=False, replacement=None, held=held)
+        if isinstance(updated, cst.BooleanOperation) and isinstance(original, cst.BooleanOperation):
+            return updated.with_changes(left=original.left)
+        return updated.with_changes(test=test)
+
+    def _fixes(self, match: Match) -> bool:
+        """Whether the run fixes (or, for a scan, a default apply would fix) this match."""
+        rule = match.candidate.rule
+        return match.replacement is not None and rule.applicability in self.planned
+
+    def _leaves_cuda(self, match: Match) -> bool:
+        """Whether a match stays CUDA code that fails on an NPU after the run: held, or needing
+        work that no fix of the run does (notes, and code harmless on an NPU, are no such work)."""
+        rule = match.candidate.rule
+        if rule.severity is Severity.info or rule.harmless_on_npu:
+            return False
+        return bool(match.held) or not self._fixes(match)
+
+    @property
+    def needed_imports(self) -> list[str]:
+        """The imports the applied fixes need, in the order they were first needed."""
+        needed: list[str] = []
+        for match in self.matches:
+            if match.applied:
+                fix = match.candidate.rule.fix
+                needed += [n for n in [*(fix.add_import if fix else []), *match.candidate.imports]]
+        return list(dict.fromkeys(needed))
+
+    @property
+    def droppable_imports(self) -> set[str]:
+        """The imports the applied fixes free, where nothing else uses them."""
+        return {
+            name
+            for match in self.matches
+            if match.applied and match.candidate.rule.fix
+            for name in match.candidate.rule.fix.drop_unused_imports
+        }
 
 
 def _code_of_fixed(module: cst.Module, fixed: Fixed | None) -> str | None:

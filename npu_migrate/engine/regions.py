@@ -4,8 +4,9 @@ Every match spells one of its rule's anchors: a name's last component or a local
 method or attribute name, a string a string rule's regex starts. So only the statements around
 the lines with an anchor need the concrete syntax tree, and the stdlib parser (about ten times
 faster than libcst's) finds those statements: the innermost statement around each anchor line
-(only the header of a compound statement, when the anchor is in its header), or the innermost
-function for rules that look at a whole function (data-flow guards, whole-`def` patterns).
+(only the header of a compound statement, when the anchor is in its header, unless the statement
+is an `if` or `while` whose guarded code engine.holds must see), or the innermost function for
+rules that look at a whole function (data-flow guards, whole-`def` patterns).
 
 The regions of a file, and all its import statements, are put together into one small module,
 each region framed by `if 1:` when indented so that its lines keep their text and columns; the
@@ -301,8 +302,9 @@ def _around(
     body: list[ast.stmt], line: int, lines: list[str], function: tuple[int, int] | None
 ) -> tuple[int, int, bool] | None:
     """The region around `line` in `body`: the innermost statement (its header only, when the
-    line is in the header), or with `function` set, the innermost function. None when the line
-    is not inside a statement of `body` that can stand alone."""
+    line is in the header of a statement that guards nothing), or with `function` set, the
+    innermost function. None when the line is not inside a statement of `body` that can stand
+    alone."""
     for statement in body:
         first, last = _span(statement)
         if not first <= line <= last:
@@ -321,12 +323,16 @@ def _around(
             return (*function, False)
         if not alone:
             return None  # in an `elif` header: only the whole `if` stands alone
-        if blocks and function is None:
+        if blocks and function is None and not isinstance(statement, _GUARDS):
             body_first = _span(blocks[0][0])[0]
             if line < body_first and _starts_line(lines, blocks[0][0]):
                 return (first, body_first - 1, True)
         return (first, last, False)
     return None
+
+
+# A guard's header is read with the code it guards (engine.holds).
+_GUARDS = (ast.If, ast.While)
 
 
 def _starts_line(lines: list[str], statement: ast.stmt) -> bool:

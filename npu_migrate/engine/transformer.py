@@ -1,6 +1,6 @@
 """The one pass: a libcst transformer that knows no rule and no match kind. It runs the facts'
 hooks, then every kind's hooks for the node; on the way up it settles the kinds' candidates by
-rule precedence and puts the winning fix in place."""
+rule precedence and puts the winning fix in place, unless engine.holds holds it back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext
+from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, npu_zone
 from npu_migrate.engine.kinds.base import Candidate, LeaveHook, Matcher, VisitHook, hooks_of
 
 
@@ -29,6 +30,8 @@ class Transformer(cst.CSTTransformer):
                 self.visits[node_type].append(hook)
             for node_type, leave in leaves.items():
                 self.leaves[node_type].append((matcher, leave))
+        self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
+        self.guard_starts: dict[cst.CSTNode, int] = {}  # a guarding node -> matches before it
 
     # libcst asks about every field of every node; no hook here looks at fields.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -39,6 +42,12 @@ class Transformer(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Every hook sees the node; any of them may keep the walk out of its children."""
+        if isinstance(node, ZONE_TYPES) and not self.zones:
+            why = npu_zone(node)
+            if why is not None:
+                self.zones.append((node, why))
+        if isinstance(node, GUARD_TYPES):
+            self.guard_starts[node] = len(self.ctx.matches)
         descend = True
         for hook in self.visits.get(type(node), ()):
             if hook(node) is False:
@@ -51,6 +60,17 @@ class Transformer(cst.CSTTransformer):
         fact = self.fact_leaves.get(type(original_node))
         if fact is not None:
             fact(original_node)
+        result = self._settle(original_node, updated_node)
+        start = self.guard_starts.pop(original_node, None)
+        if start is not None and isinstance(result, cst.CSTNode):
+            result = self.ctx.hold_guard(original_node, result, start)
+        if self.zones and self.zones[-1][0] is original_node:
+            self.zones.pop()
+        return result
+
+    def _settle(
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
         leaves = self.leaves.get(type(original_node))
         if not leaves:
             return updated_node
@@ -63,9 +83,10 @@ class Transformer(cst.CSTTransformer):
         if not candidates:
             return updated_node
         winners = self.ctx.settle(candidates)
-        applied = [w for w in winners if self.ctx.enabled_for(w)]
+        held = self.zones[-1][1] if self.zones else None
+        applied = [] if held else [w for w in winners if self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
         for winner in winners:
-            self.ctx.record(original_node, winner, applied=winner in applied)
+            self.ctx.record(original_node, winner, applied=winner in applied, held=held)
         return owner.compose(updated_node, applied) if owner else updated_node

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.report.summary import message
+from npu_migrate.report.summary import label, message
 from npu_migrate.write import write_atomic
 
 CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Message"]
@@ -34,14 +34,23 @@ def change_rows(outcomes: list[FileOutcome], not_written: dict[str, str] | None 
         for line, name in outcome.result.removed_imports:
             rows.append(_row(display, line, line, "DELETE", f"unused import of {name}", None))
         for finding in outcome.result.findings:
-            if finding.applied:
-                kind, text = "MODIFY", f"{message(finding)} → {finding.replacement}"
-            elif finding.replacement is not None:
-                kind, text = "UNSUPPORTED", f"{message(finding)} (unsafe fix not applied: use --unsafe)"
-            else:
-                kind, text = "UNSUPPORTED", message(finding)
+            kind, text = _operation(finding)
             rows.append(_row(display, finding.line, finding.end_line, kind, text, finding))
     return sorted(rows, key=lambda r: (r["File"], r["Start Line"]))
+
+
+def _operation(finding: Finding) -> tuple[str, str]:
+    """The operation type and message of a finding's row."""
+    kind = label(finding)
+    if finding.applied:
+        return "MODIFY", f"{message(finding)} → {finding.replacement}"
+    if kind == "held":
+        return "UNSUPPORTED", f"{message(finding)} (fix held back: {finding.held})"
+    if kind == "unsafe":
+        return "UNSUPPORTED", f"{message(finding)} (unsafe fix not applied: use --unsafe)"
+    if kind == "note":
+        return "NOTE", message(finding)
+    return "UNSUPPORTED", message(finding)
 
 
 def _row(display: str, start: int, end: int, kind: str, text: str, finding: Finding | None) -> dict:

@@ -13,6 +13,17 @@ def message(finding: Finding) -> str:
     return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
 
 
+def label(finding: Finding) -> str:
+    """How reports label a finding: its fix's class (`safe`, `unsafe`), `held` (the rule has a fix
+    that engine.holds kept from this code), `manual` (a human must act) or `note` (worth knowing,
+    nothing to do)."""
+    if finding.held:
+        return "held"
+    if finding.replacement is not None:
+        return finding.rule.applicability.value
+    return "note" if finding.rule.severity is Severity.info else "manual"
+
+
 @dataclass(frozen=True)
 class Summary:
     files: int
@@ -51,8 +62,9 @@ class Summary:
             for finding in outcome.result.findings:
                 total += 1
                 rule = finding.rule
-                by_category.setdefault(rule.category, Counter())[rule.applicability.value] += 1
                 fixable = finding.replacement is not None
+                column = rule.applicability.value if fixable else Applicability.manual.value
+                by_category.setdefault(rule.category, Counter())[column] += 1
                 automatic += fixable and rule.applicability is Applicability.safe
                 opt_in += fixable and rule.applicability is Applicability.unsafe
                 if not fixable and rule.severity is Severity.info:
@@ -107,6 +119,8 @@ def finding_dict(display: str, finding: Finding) -> dict:
         "original": finding.code,
         "replacement": finding.replacement,
         "applied": finding.applied,
+        "label": label(finding),
+        "held": finding.held,
     }
 
 

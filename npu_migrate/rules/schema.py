@@ -148,6 +148,12 @@ class Rule(Strict):
         "rewrite over the generic report). Rules of one layer that can match the same node must "
         "declare their order; a user's rule always wins over the catalog.",
     )
+    harmless_on_npu: bool = Field(
+        default=False,
+        description="The code this rule reports, left as it is, runs on an NPU without failing (a "
+        "cuDNN flag, an NCCL variable): a CUDA guard over it may still be migrated. Otherwise a "
+        "guard over code the run leaves as it is keeps its CUDA test, so an NPU run never reaches it.",
+    )
     # Set on load from the rule file, never written in it (hidden from the published schema).
     category: SkipJsonSchema[str] = ""
     source: SkipJsonSchema[str] = ""

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from npu_migrate.discover import printable
 from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.report.summary import Summary, all_findings, message
+from npu_migrate.report.summary import Summary, all_findings, label, message
 
 
 def write(console: Console, outcomes: list[FileOutcome], summary: Summary) -> None:
@@ -20,12 +20,12 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
     for display, finding in findings:
         rule = finding.rule
         where = f"{display}:{finding.line}:{finding.column}"
-        fix = rule.applicability.value if finding.replacement is not None else "manual"
-        line = (
-            f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{fix}][/] {escape(printable(message(finding)))}"
-        )
+        text = escape(printable(message(finding)))
+        line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{label(finding)}][/] {text}"
         if finding.replacement is not None:
             line += f" [green]→ {escape(printable(finding.replacement.splitlines()[0]))}[/]"
+        if finding.held:
+            line += f" [yellow](fix held back: {escape(finding.held)})[/]"
         console.print(line)
 
 

@@ -1,0 +1,90 @@
+"""Where a rule matches but its fix must be held back, so that migrated code is never worse than
+unmigrated code:
+
+* code that already handles the NPU (an if/elif chain, conditional expression or dict literal
+  that names the NPU, a `try` that imports torch_npu): rewriting its CUDA side would shadow the
+  NPU branch, or write NPU calls into code that runs only without torch_npu;
+* a CUDA guard (`if torch.cuda.is_available():`, `device.type == "cuda" and ...`) whose guarded
+  code keeps CUDA-only code that no enabled fix migrates: rewritten, the guard would lead an NPU
+  run into that code, which was dead and harmless before."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+NPU_WORDS = frozenset({"npu", "npus", "hccl", "ascend"})
+
+NPU_AWARE = "already handles the NPU"
+# Node types whose NPU awareness is decided when the walk enters them.
+ZONE_TYPES = (cst.If, cst.IfExp, cst.Dict, cst.Try)
+# Node types that guard code: (the guard, the guarded code).
+GUARD_TYPES = (cst.If, cst.IfExp, cst.While, cst.BooleanOperation)
+
+
+def names_npu(text: str) -> bool:
+    """Whether an identifier or string names the NPU as a word (`torch_npu`, `isNpuAvailable`,
+    "npu:0", "hccl"; not `input`)."""
+    return any(w.lower() in NPU_WORDS for w in _WORD.findall(text))
+
+
+def npu_zone(node: cst.CSTNode) -> str | None:
+    """Why nothing inside `node` may be rewritten (it already handles the NPU), or None."""
+    if isinstance(node, cst.If) and any(_mentions_npu(test) for test in _chain_tests(node)):
+        return f"{NPU_AWARE}: this if/elif chain has an NPU branch, which must stay reachable"
+    if isinstance(node, cst.IfExp) and _mentions_npu(node.test):
+        return f"{NPU_AWARE}: this conditional expression tests for the NPU"
+    if isinstance(node, cst.Dict) and any(
+        _mentions_npu(e.key) for e in node.elements if isinstance(e, cst.DictElement)
+    ):
+        return f"{NPU_AWARE}: this mapping has an NPU entry"
+    if isinstance(node, cst.Try) and any(_imports_torch_npu(s) for s in node.body.body):
+        return f"{NPU_AWARE}: this try imports torch_npu; its handlers run only without it"
+    return None
+
+
+def guard_split(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+    """(the test, the code it guards) of a guarding node; None for `or` and other nodes."""
+    if isinstance(node, cst.If | cst.IfExp | cst.While):
+        return node.test, node
+    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+        return node.left, node.right
+    return None
+
+
+def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from subtree(child)
+
+
+def _chain_tests(node: cst.If) -> Iterator[cst.BaseExpression]:
+    current: cst.If | cst.Else | None = node
+    while isinstance(current, cst.If):
+        yield current.test
+        current = current.orelse
+
+
+def _mentions_npu(expression: cst.CSTNode) -> bool:
+    for node in subtree(expression):
+        if isinstance(node, cst.Name) and names_npu(node.value):
+            return True
+        if isinstance(node, cst.SimpleString) and names_npu(node.value):
+            return True
+        if isinstance(node, cst.FormattedStringText) and names_npu(node.value):
+            return True
+    return False
+
+
+def _imports_torch_npu(statement: cst.CSTNode) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Import) and any(_mentions_npu(a.name) for a in small.names):
+            return True
+        if isinstance(small, cst.ImportFrom) and small.module is not None and _mentions_npu(small.module):
+            return True
+    return False

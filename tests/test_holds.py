@@ -1,0 +1,132 @@
+"""Never worse than unmigrated (engine.holds): a rewritten CUDA guard must not lead an NPU run
+into CUDA-only code left behind, and code that already handles the NPU stays as it is."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_migrate.engine.holds import names_npu
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.model import Applicability, FileResult
+from npu_migrate.rules.load import load_rules
+
+from .test_cli import project, run_cli
+
+INDEX = RuleIndex(load_rules())
+SAFE = frozenset({Applicability.safe})
+UNSAFE = frozenset({Applicability.safe, Applicability.unsafe})
+
+
+def run(code: str, enabled: frozenset[Applicability] = SAFE) -> tuple[str, FileResult]:
+    result = migrate_source(code.encode(), INDEX, enabled)
+    return (result.new_source or code.encode()).decode(), result
+
+
+def held(result: FileResult) -> dict[tuple[str, int], str]:
+    return {(f.rule.code, f.line): f.held for f in result.findings if f.held}
+
+
+@pytest.mark.parametrize(
+    ("text", "npu"),
+    [("torch_npu", True), ("is_torch_npu_available", True), ("isNpuAvailable", True),
+     ("NPUAccelerator", True), ('"npu:0"', True), ('"hccl"', True), ("input", False),
+     ("inputs", False), ("snpu", False)],
+)  # fmt: skip
+def test_the_npu_is_named_as_a_word(text: str, npu: bool) -> None:
+    assert names_npu(text) is npu
+
+
+GUARD = """import torch
+if torch.cuda.is_available():
+    torch.cuda.manual_seed_all(0)
+    major, _ = torch.cuda.get_device_capability()
+"""
+
+
+def test_a_guard_over_cuda_only_code_keeps_its_cuda_test() -> None:
+    new, result = run(GUARD)
+    assert "if torch.cuda.is_available():" in new  # dead on an NPU, as before the migration
+    assert "torch.npu.manual_seed_all(0)" in new  # the guarded code that has a fix still gets it
+    assert "torch.cuda.get_device_capability()" in new
+    why = held(result)[("NPU101", 2)]
+    assert "torch.cuda.get_device_capability" in why and "NPU106" in why
+    guard = next(f for f in result.findings if f.line == 2)
+    assert guard.replacement is None and not guard.applied
+
+
+def test_a_scan_predicts_the_hold() -> None:
+    _, result = run(GUARD, frozenset())
+    assert ("NPU101", 2) in held(result)
+
+
+def test_a_guard_over_harmless_code_is_migrated() -> None:
+    code = "import torch\nif torch.cuda.is_available():\n    torch.backends.cudnn.deterministic = True\n"
+    new, result = run(code)
+    assert "if torch.npu.is_available():" in new and not held(result)
+
+
+def test_a_guard_over_an_unapplied_unsafe_fix_is_held_only_without_unsafe() -> None:
+    code = "import torch\nif torch.cuda.is_available():\n    torch.cuda.nvtx.range_push('step')\n"
+    safe, _ = run(code)
+    assert "if torch.cuda.is_available():" in safe
+    unsafe, result = run(code, UNSAFE)
+    assert "if torch.npu.is_available():" in unsafe and "torch.npu.mstx.range_push" in unsafe
+    assert not held(result)
+
+
+def test_a_short_circuit_guard_is_held() -> None:
+    code = "import torch\nok = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8\n"
+    new, result = run(code)
+    assert new == code and ("NPU101", 2) in held(result)
+    assert "import torch_npu" not in new  # a held fix needs no import
+
+
+def test_an_if_chain_with_an_npu_branch_stays_as_it_is() -> None:
+    code = """import torch
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "npu":
+        torch.npu.synchronize()
+    return torch.zeros(1).cuda()
+"""
+    new, result = run(code)
+    assert new == code.replace("torch.zeros(1).cuda()", "torch.zeros(1).npu()").replace(
+        "import torch\n", "import torch\nimport torch_npu\n"
+    )
+    assert set(held(result)) == {("NPU105", 3), ("NPU101", 4)}
+    assert all("NPU branch" in why for why in held(result).values())
+
+
+def test_a_mapping_with_an_npu_entry_stays_as_it_is() -> None:
+    code = 'import torch\nSYNC = {"cuda": torch.cuda.synchronize, "npu": torch.npu.synchronize}\n'
+    new, result = run(code)
+    assert new == code and ("NPU101", 2) in held(result)
+
+
+def test_no_npu_call_is_written_where_torch_npu_is_missing() -> None:
+    code = """import torch
+import torch.nn.functional as F
+try:
+    import torch_npu
+except ImportError:
+    torch_npu = None
+def attend(q, k, v):
+    if torch_npu is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", sparse_mode=2)[0]
+"""
+    new, result = run(code, UNSAFE)
+    assert new == code
+    assert ("NPU901", 9) in held(result)
+
+
+def test_held_findings_are_labelled_and_explained_in_every_report(tmp_path) -> None:
+    root = project(tmp_path, {"a.py": GUARD})
+    scan = run_cli("scan", root, cwd=tmp_path)
+    assert "NPU101 [held]" in scan.stdout and "fix held back: it guards" in scan.stdout
+    run_cli("apply", root, cwd=tmp_path)
+    rows = (tmp_path / "npu-migrate-changes.csv").read_text()
+    assert "(fix held back: it guards `torch.cuda.get_device_capability` (NPU106)" in rows
+    assert "if torch.cuda.is_available():" in (root / "a.py").read_text()
