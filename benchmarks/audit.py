@@ -7,11 +7,14 @@ For each TREE: `apply TREE --out COPY` (the original is never modified), then `s
 json`, then every CUDA trace in COPY's code is looked up among the scan's findings by line. The
 traces are found here by Python's tokenizer, independently of the rule catalog (a detector built
 from the rules would only find what the rules already know):
-  * names: `cuda` (as in `torch.cuda`, `.cuda()`, `from torch import cuda`), `is_cuda`, `cudnn`,
-    `allow_tf32`, `set_float32_matmul_precision`, `NCCL`, `CUDAAccelerator`,
-    `is_torch_cuda_available`; a definition (`def cuda(self)`) or a keyword named so is not one;
+  * names: `cuda` and `is_cuda` (as in `torch.cuda`, `.cuda()`, `from torch import cuda`,
+    `t.is_cuda`; not variables of the code's own named so), `cudnn` (TF32 switches go through
+    `torch.backends.cuda` or `cudnn`), `set_float32_matmul_precision`, `NCCL`, `CUDAAccelerator`,
+    `is_torch_cuda_available`; a definition (`def cuda(self)`), a keyword named so or a module of
+    the code's own (`from .cuda import x`) is not one;
   * string literals whose whole text is a CUDA device or backend: `cuda`, `cuda:0`, `cuda:{}`
-    (f-string fields read as `{}`), `gpu`, `nccl` and the `cpu:gloo,cuda:nccl` forms, in any case.
+    (f-string fields read as `{}`), `gpu` (lowercase, as torch and the frameworks spell devices;
+    "CUDA" and "GPU" are labels), `nccl` in any case and the `cpu:gloo,cuda:nccl` forms.
 Comments and prose strings are not code and hold no traces.
 
 Prints, per tree: files, traces before and after apply, and how many of those left carry a
@@ -38,14 +41,18 @@ TRACE_NAMES = frozenset(
         "cuda",
         "is_cuda",
         "cudnn",
-        "allow_tf32",
         "set_float32_matmul_precision",
         "NCCL",
         "CUDAAccelerator",
         "is_torch_cuda_available",
     }
 )
-TRACE_STRING = re.compile(r"(?i)cuda(:(\d+|\{\}))?|gpu|nccl|(cpu:gloo,)?cuda:nccl(,cpu:gloo)?")
+# Device strings are lowercase in torch and the frameworks ("CUDA", "GPU" are labels); backend
+# names are not case-sensitive.
+TRACE_STRING = re.compile(r"cuda(:(\d+|\{\}))?|gpu|(?i:nccl)|(cpu:gloo,)?cuda:nccl(,cpu:gloo)?")
+# `cuda` and `is_cuda` are traces as attributes or imports (`torch.cuda`, `.cuda()`, `from torch
+# import cuda`, `t.is_cuda`), not as variables of the code's own.
+ATTRIBUTES_ONLY = frozenset({"cuda", "is_cuda"})
 _FIELD = re.compile(r"\{[^{}]*\}")
 
 
@@ -70,12 +77,35 @@ def traces_in(source: str, file: str) -> list[Trace]:
             after = code[i + 1].string if i + 1 < len(code) else ""
             if before in ("def", "class") or (after == "=" and before in ("(", ",")):
                 continue
+            if token.string in ATTRIBUTES_ONLY and before != "." and not _in_import(code, i):
+                continue
+            if _in_relative_import_path(code, i):
+                continue  # `from .cuda import x`: a module of the code's own
             found.append(Trace(file, token.start[0], token.string))
         elif token.type == tokenize.STRING:
             text = _string_text(token.string)
             if text is not None and TRACE_STRING.fullmatch(text):
                 found.append(Trace(file, token.start[0], repr(text.lower())))
     return found
+
+
+def _in_import(code: list[tokenize.TokenInfo], i: int) -> bool:
+    """Whether token i is in an import statement (the first token of its line is import/from)."""
+    line = code[i].start[0]
+    while i > 0 and code[i - 1].start[0] == line:
+        i -= 1
+    return code[i].string in ("import", "from")
+
+
+def _in_relative_import_path(code: list[tokenize.TokenInfo], i: int) -> bool:
+    """Whether token i is in the module path of a relative `from . import` statement."""
+    line = code[i].start[0]
+    j = i
+    while j > 0 and code[j - 1].start[0] == line:
+        j -= 1
+    if code[j].string != "from" or j + 1 >= len(code) or not code[j + 1].string.startswith("."):
+        return False
+    return all(t.string != "import" for t in code[j:i])
 
 
 def _string_text(literal: str) -> str | None:

@@ -52,7 +52,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_apply_in_place_rewrites_only_what_needs_it(tmp_path: Path) -> None:
-    root = project(tmp_path, {"a.py": CUDA_FILE, "b.py": "import torch\nprint('cuda')\n"})
+    root = project(tmp_path, {"a.py": CUDA_FILE, "b.py": "import torch\nprint('CUDA run')\n"})
     untouched = os.stat(root / "b.py")
     result = run_cli("apply", root, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -57,15 +57,31 @@ def test_files_that_need_no_npu_api_get_no_import() -> None:
         "import torch\nx = t.to(get_device(), non_blocking=True)\n",
         "import torch\nm.to_empty(device=dev)\n",
         'import torch\nprint("cuda:0 is busy")\nlog.info(f"cuda:{rank}")\n',
-        'import torch\n"""Runs on cuda."""\nname = "cuda"\n',
+        'import torch\n"""Runs on cuda."""\n',
         "import torch\ndef f(cuda=True):\n    return g(cuda=cuda)\n",
         "import torch\nclass cuda:\n    pass\n",
-        "import torch\nref = t.cuda\n",
     ],
 )
 def test_code_that_is_not_a_cuda_touchpoint_is_left_alone(code: str) -> None:
     result = migrate_source(code.encode(), INDEX, SAFE)
     assert result.new_source is None and result.findings == []
+
+
+@pytest.mark.parametrize(
+    ("code", "rule"),
+    [
+        ('import torch\nname = "cuda"\n', "NPU108"),
+        ('KINDS = ("cpu", "gpu")\n', "NPU108"),
+        ('kind = "NCCL" if has_gpu else "GLOO"\n', "NPU203"),
+        ("import torch\nref = t.cuda\n", "NPU113"),
+        ("y = x.cuda(*args, **kwargs)\n", "NPU112"),
+    ],
+)
+def test_a_trace_whose_use_cannot_be_seen_is_reported_not_rewritten(code: str, rule: str) -> None:
+    """Nothing silent: a CUDA trace no rule can place still carries a finding."""
+    result = migrate_source(code.encode(), INDEX, SAFE)
+    assert result.new_source is None
+    assert [f.rule.code for f in result.findings] == [rule]
 
 
 def test_rewrites_are_minimal_and_keep_keywords_and_comments() -> None:
@@ -90,10 +106,11 @@ def test_unknown_torch_cuda_names_are_reported_not_renamed() -> None:
     assert [f.rule.code for f in result.findings] == ["NPU102"]
 
 
-def test_a_module_imported_from_torch_falls_back_to_the_full_name() -> None:
-    code = "from torch import cuda\ncuda.synchronize()\n"
-    assert (
-        migrate(code) == "from torch import cuda\nimport torch\nimport torch_npu\ntorch.npu.synchronize()\n"
+def test_the_cuda_module_imported_from_torch_becomes_torch_npus() -> None:
+    code = "from torch import cuda\nimport torch.cuda\ncuda.synchronize()\nok = hasattr(cuda, 'x')\n"
+    assert migrate(code) == (
+        "from torch_npu import npu\nimport torch_npu.npu\nimport torch_npu\n"
+        "npu.synchronize()\nok = hasattr(npu, 'x')\n"
     )
 
 

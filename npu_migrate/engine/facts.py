@@ -17,7 +17,7 @@ class Facts:
         self.chains: dict[cst.CSTNode, list[str]] = {}  # outermost dotted references -> their parts
         self.functions: list[cst.FunctionDef] = []
 
-    def is_reference(self, node: cst.Name) -> bool:
+    def is_reference(self, node: cst.Name | cst.Attribute) -> bool:
         return node not in self._not_references
 
     def visit_Arg(self, node: cst.Arg) -> None:

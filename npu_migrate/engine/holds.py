@@ -37,9 +37,8 @@ def npu_zone(node: cst.CSTNode) -> str | None:
         return f"{NPU_AWARE}: this if/elif chain has an NPU branch, which must stay reachable"
     if isinstance(node, cst.IfExp) and _mentions_npu(node.test):
         return f"{NPU_AWARE}: this conditional expression tests for the NPU"
-    if isinstance(node, cst.Dict) and any(
-        _mentions_npu(e.key) for e in node.elements if isinstance(e, cst.DictElement)
-    ):
+    entries = node.elements if isinstance(node, cst.Dict) else ()
+    if any(_mentions_npu(e.key) or _mentions_npu(e.value) for e in entries if isinstance(e, cst.DictElement)):
         return f"{NPU_AWARE}: this mapping has an NPU entry"
     if isinstance(node, cst.Try) and any(_imports_torch_npu(s) for s in node.body.body):
         return f"{NPU_AWARE}: this try imports torch_npu; its handlers run only without it"

@@ -25,7 +25,7 @@ IMPORT_PATHS = {"torch.npu": "torch_npu.npu"}
 def import_path(qualified: str) -> str:
     """The name to write in an import statement for `qualified`."""
     for alias, real in IMPORT_PATHS.items():
-        if qualified.startswith(alias + "."):
+        if qualified == alias or qualified.startswith(alias + "."):
             return real + qualified[len(alias) :]
     return qualified
 

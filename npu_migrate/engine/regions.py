@@ -323,7 +323,7 @@ def _around(
             return (*function, False)
         if not alone:
             return None  # in an `elif` header: only the whole `if` stands alone
-        if blocks and function is None and not isinstance(statement, _GUARDS):
+        if blocks and function is None and not isinstance(statement, _READ_WHOLE):
             body_first = _span(blocks[0][0])[0]
             if line < body_first and _starts_line(lines, blocks[0][0]):
                 return (first, body_first - 1, True)
@@ -331,8 +331,9 @@ def _around(
     return None
 
 
-# A guard's header is read with the code it guards (engine.holds).
-_GUARDS = (ast.If, ast.While)
+# Statements read whole when an anchor is in their header: a guard with the code it guards
+# (engine.holds), a match statement with its cases (a case pattern heads no statement).
+_READ_WHOLE = (ast.If, ast.While, ast.Match)
 
 
 def _starts_line(lines: list[str], statement: ast.stmt) -> bool:

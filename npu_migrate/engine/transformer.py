@@ -82,6 +82,8 @@ class Transformer(cst.CSTTransformer):
                 candidates.append(candidate)
         if not candidates:
             return updated_node
+        if not all(c.rule.last_resort for c in candidates):
+            candidates = [c for c in candidates if not c.rule.last_resort]
         winners = self.ctx.settle(candidates)
         held = self.zones[-1][1] if self.zones else None
         applied = [] if held else [w for w in winners if self.ctx.enabled_for(w)]

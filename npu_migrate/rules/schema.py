@@ -154,6 +154,11 @@ class Rule(Strict):
         "cuDNN flag, an NCCL variable): a CUDA guard over it may still be migrated. Otherwise a "
         "guard over code the run leaves as it is keeps its CUDA test, so an NPU run never reaches it.",
     )
+    last_resort: bool = Field(
+        default=False,
+        description="Report only where no other rule matches the same code: a catch-all that keeps "
+        "a trace from going unreported without doubling the findings of the rules that know it.",
+    )
     # Set on load from the rule file, never written in it (hidden from the published schema).
     category: SkipJsonSchema[str] = ""
     source: SkipJsonSchema[str] = ""

@@ -4,7 +4,7 @@ calls: call, method and string."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -39,9 +39,14 @@ def fits(call: cst.Call, signature: list[str]) -> bool:
 
 
 def callee_is(place: Argument, qualified: str | None, method: str | None) -> bool:
-    if "*" in place.of or (method and f".{method}" in place.of):
+    return callee_is_one_of(place.of, qualified, method)
+
+
+def callee_is_one_of(callees: Sequence[str], qualified: str | None, method: str | None) -> bool:
+    """Whether a call's callee is one of `callees` (see rules.base.Callees)."""
+    if "*" in callees or (method and f".{method}" in callees):
         return True
-    return name_matches(qualified, place.of)
+    return name_matches(qualified, list(callees))
 
 
 def arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:

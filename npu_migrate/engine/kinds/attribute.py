@@ -1,4 +1,6 @@
-"""`attribute:` rules: an attribute read on any receiver (`t.is_cuda`), renamed in place."""
+"""`attribute:` rules: an attribute read on any receiver (`t.is_cuda`), renamed in place. A read
+is not called (a call is a method, the `method:` kind's business) and not inside a dotted chain
+from an imported name (`torch.cuda` in `torch.cuda.synchronize` is a name rule's business)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import PlainNames, Strict
 
 if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -25,9 +28,26 @@ class AttributeMatch(Strict):
 class AttributeMatcher(Matcher):
     kind: AttributeKind
 
+    def __init__(self, ctx: FileContext, kind: AttributeKind) -> None:
+        super().__init__(ctx, kind)
+        self.callees: set[cst.CSTNode] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.callees.add(node.func)
+
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> list[Candidate]:
         rules = self.kind.by_name.get(updated.attr.value, ())
+        if not rules or original in self.callees or self._inside_imported_name(original):
+            return []
         return [Candidate(r, renamed_attribute(r, updated), part=f".{updated.attr.value}") for r in rules]
+
+    def _inside_imported_name(self, node: cst.Attribute) -> bool:
+        if self.ctx.facts.is_reference(node):
+            return False  # the whole of its chain, or no chain at all
+        root: cst.BaseExpression = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        return isinstance(root, cst.Name) and root.value in self.ctx.table.bindings
 
 
 class AttributeKind(Kind[AttributeMatch]):

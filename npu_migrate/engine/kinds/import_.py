@@ -37,7 +37,15 @@ class ImportMatcher(Matcher):
         return [c for alias in updated.names for c in self._report(module_name(alias.name))]
 
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
-        return [] if updated.relative else self._report(module_name(updated.module))
+        """The module imported from; where no rule is about it, each module imported from it
+        (`from torch import cuda` imports torch.cuda)."""
+        if updated.relative:
+            return []
+        module = module_name(updated.module)
+        found = self._report(module)
+        if found or isinstance(updated.names, cst.ImportStar):
+            return found
+        return [c for alias in updated.names for c in self._report(f"{module}.{module_name(alias.name)}")]
 
 
 class ImportKind(Kind[ImportMatch]):

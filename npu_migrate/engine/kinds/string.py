@@ -9,7 +9,7 @@ import fnmatch
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import libcst as cst
 from pydantic import Field, model_validator
@@ -20,6 +20,7 @@ from npu_migrate.engine.kinds.arguments import (
     arguments,
     callee,
     callee_is,
+    callee_is_one_of,
     conditions_hold,
     static_text,
     strings_in,
@@ -28,7 +29,7 @@ from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.names import dotted_parts, name_matches
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter
-from npu_migrate.rules.base import Argument, Regex, Strict
+from npu_migrate.rules.base import Argument, Callees, Regex, Strict
 from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
 
 if TYPE_CHECKING:
@@ -58,6 +59,11 @@ class StringContext(Strict):
     key: list[str] | None = Field(
         default=None, description="Globs over the dict-literal key whose value this is."
     )
+    anywhere: Literal[True] | None = Field(
+        default=None,
+        description="Any literal at all: the last resort that reports a literal whose role cannot "
+        "be seen; the rules for the places above supersede it.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StringContext:
@@ -72,6 +78,11 @@ class StringMatch(Strict):
         description="Regex that must match the whole literal text; f-string fields read as '{}'."
     )
     where: Annotated[list[StringContext], Field(min_length=1)]
+    except_in: Callees | None = Field(
+        default=None,
+        description="Calls whose arguments are messages (print, logging, exceptions): a literal "
+        "passed to one is not reported. Builtins are named as they are spelled: print.",
+    )
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,7 @@ class StringRule:
     rule: Rule
     regex: RuleRegex
     where: tuple[StringContext, ...]
+    except_in: tuple[str, ...]
 
 
 class StringMatcher(Matcher):
@@ -87,6 +99,7 @@ class StringMatcher(Matcher):
     def __init__(self, ctx: FileContext, kind: StringKind) -> None:
         super().__init__(ctx, kind)
         self.marked: dict[cst.CSTNode, list[Rule]] = {}  # string literal -> rules whose context it is in
+        self.messages: dict[cst.CSTNode, set[str]] = {}  # literal -> codes of rules it is a message for
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
         for string in strings_in(value):
@@ -108,7 +121,12 @@ class StringMatcher(Matcher):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = callee(self.ctx, node)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+        spelled = ".".join(dotted_parts(node.func) or []) if qualified is None else qualified
         for string_rule in self.kind.strings:
+            if string_rule.except_in and callee_is_one_of(string_rule.except_in, spelled, method):
+                for arg in node.args:
+                    for string in strings_in(arg.value):
+                        self.messages.setdefault(string, set()).add(string_rule.rule.code)
             for where in string_rule.where:
                 place = where.argument
                 if place is None or not callee_is(place, qualified, method):
@@ -171,12 +189,23 @@ class StringMatcher(Matcher):
         original: cst.SimpleString | cst.FormattedString,
         updated: cst.SimpleString | cst.FormattedString,
     ) -> list[Candidate]:
+        rules = self.marked.get(original, [])
+        if self.kind.anywhere:
+            text = static_text(original)
+            rules = rules + [
+                s.rule
+                for s in self.kind.anywhere
+                if text is not None
+                and s.rule not in rules
+                and s.rule.code not in self.messages.get(original, ())
+                and s.regex.fullmatch(text)
+            ]
         return [
             Candidate(
                 rule,
                 substitute_string(updated, rule.fix.substitute) if rule.fix and rule.fix.substitute else None,
             )
-            for rule in self.marked.get(original, ())
+            for rule in rules
         ]
 
 
@@ -188,7 +217,11 @@ class StringKind(Kind[StringMatch]):
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
-        self.strings = [StringRule(r, compile_rule_regex(m.string), tuple(m.where)) for r, m in self.entries]
+        self.strings = [
+            StringRule(r, compile_rule_regex(m.string), tuple(m.where), tuple(m.except_in or ()))
+            for r, m in self.entries
+        ]
+        self.anywhere = [s for s in self.strings if any(w.anywhere for w in s.where)]
 
     @classmethod
     def overlaps(cls, a: Rule, b: Rule) -> bool:
@@ -237,6 +270,8 @@ def _places(place: Argument) -> set[str | int]:
 
 
 def _contexts_overlap(a: StringContext, b: StringContext) -> bool:
+    if a.anywhere or b.anywhere:
+        return True
     if a.argument is not None and b.argument is not None:
         return _callees_overlap(a.argument.of, b.argument.of) and bool(
             _places(a.argument) & _places(b.argument)
