@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from npu_migrate.engine.index import RuleIndex
 from npu_migrate.rules.load import load_rules
-from npu_migrate.rules.testing import check_example
+from npu_migrate.rules.testing import check_example, companions
 
+RULES = load_rules()
 CASES = [
     pytest.param(rule, example, id=f"{rule.code}-{rule.name}-{number}")
-    for rule in load_rules()
+    for rule in RULES
     for number, example in enumerate(rule.examples, start=1)
 ]
 
 
 @pytest.mark.parametrize(("rule", "example"), CASES)
 def test_rule_example(rule, example) -> None:
-    problem = check_example(rule, example)
+    problem = check_example(rule, example, RuleIndex([rule, *companions(rule, RULES)]))
     assert problem is None, problem
 
 

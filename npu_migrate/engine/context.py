@@ -4,7 +4,7 @@ kinds read and write this object, never each other."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
     from npu_migrate.engine.kinds.base import Candidate, Fixed
+    from npu_migrate.rules.schema import Rule
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,15 @@ class Match:
 
 class FileContext:
     def __init__(
-        self, module: cst.Module, table: ImportTable, plan: ImportPlan, enabled: frozenset[Applicability]
+        self,
+        module: cst.Module,
+        table: ImportTable,
+        plan: ImportPlan,
+        enabled: frozenset[Applicability],
+        words: Collection[str] = (),
     ) -> None:
         self.module = module
+        self.words = words  # of the whole file (the module may hold only its regions)
         self.table = table
         self.plan = plan
         self.enabled = enabled
@@ -85,6 +92,22 @@ class FileContext:
                 self.overridden.append(beaten.rule.code)
             winners.append(ranked[0])
         return sorted(winners, key=cmp_to_key(compare))
+
+    def file_hold(self, rule: Rule) -> str | None:
+        """Why the file's words hold this rule's fix back (Rule.hold_in_files_with), or None."""
+        hold = rule.hold_in_files_with
+        word = next((w for w in hold.words if w in self.words), None) if hold else None
+        return f"this file mentions {word}: {hold.why}" if hold and word else None
+
+    def drop_unaccompanied(self) -> None:
+        """Matches of rules that report only beside another rule's match (Rule.only_with), where
+        the file has none."""
+        present = {m.candidate.rule.code for m in self.matches}
+        self.matches = [
+            m
+            for m in self.matches
+            if not m.candidate.rule.only_with or present.intersection(m.candidate.rule.only_with)
+        ]
 
     def record(self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: str | None) -> None:
         """A match; `held`: why its fix, if it has one, is held back."""

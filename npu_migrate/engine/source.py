@@ -12,6 +12,7 @@ import io
 import sys
 import tokenize
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import replace
 
 import libcst as cst
@@ -49,7 +50,7 @@ def migrate_source(
         return found
     # A fix applies (the regions road parsed the file with the stdlib: not too deep), or the
     # regions road gave up (it may not have parsed it).
-    return migrate_whole(source, index, enabled, checked=found is not None)
+    return migrate_whole(source, index, enabled, checked=found is not None, words=counts)
 
 
 def scan_regions(
@@ -87,7 +88,7 @@ def scan_regions(
         module = cst.parse_module(code)
     except cst.ParserSyntaxError:
         return None
-    ctx = _match(module, table, index.names.plan(table), index, enabled)
+    ctx = _match(module, table, index.names.plan(table), index, enabled, counts)
     where = positions(module, [m.node for m in ctx.matches])
     findings = [_placed(m.at(where), placed) for m in ctx.matches]
     return FileResult(
@@ -96,10 +97,15 @@ def scan_regions(
 
 
 def migrate_whole(
-    source: bytes, index: RuleIndex, enabled: frozenset[Applicability], checked: bool = False
+    source: bytes,
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+    checked: bool = False,
+    words: Collection[str] | None = None,
 ) -> FileResult:
     """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
-    this file already (so it is not nested too deeply for libcst)."""
+    this file already (so it is not nested too deeply for libcst); `words`: its words, where
+    the caller has them."""
     too_deep = None if checked else _too_deep(source)
     if too_deep:
         return FileResult(error=too_deep)
@@ -113,7 +119,8 @@ def migrate_whole(
     except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module)
-    ctx = _match(module, table, index.names.plan(table), index, enabled)
+    words = word_counts(source.decode("latin-1")) if words is None else words
+    ctx = _match(module, table, index.names.plan(table), index, enabled, words)
     rewritten = ctx.rewritten
     result = FileResult(overridden=ctx.overridden)
     if not ctx.matches:
@@ -146,10 +153,13 @@ def _match(
     plan: ImportPlan,
     index: RuleIndex,
     enabled: frozenset[Applicability],
+    words: Collection[str],
 ) -> FileContext:
-    """The one pass over a module (a whole file or a region): the context holds what it found."""
-    ctx = FileContext(module, table, plan, enabled)
+    """The one pass over a module (a whole file or its regions; `words`: the whole file's): the
+    context holds what it found."""
+    ctx = FileContext(module, table, plan, enabled, words)
     ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
+    ctx.drop_unaccompanied()
     return ctx
 
 

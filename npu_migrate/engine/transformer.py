@@ -85,10 +85,11 @@ class Transformer(cst.CSTTransformer):
         if not all(c.rule.last_resort for c in candidates):
             candidates = [c for c in candidates if not c.rule.last_resort]
         winners = self.ctx.settle(candidates)
-        held = self.zones[-1][1] if self.zones else None
-        applied = [] if held else [w for w in winners if self.ctx.enabled_for(w)]
+        zone = self.zones[-1][1] if self.zones else None
+        holds = {id(w): zone or self.ctx.file_hold(w.rule) for w in winners}
+        applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
         for winner in winners:
-            self.ctx.record(original_node, winner, applied=winner in applied, held=held)
+            self.ctx.record(original_node, winner, applied=winner in applied, held=holds[id(winner)])
         return owner.compose(updated_node, applied) if owner else updated_node

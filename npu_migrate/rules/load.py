@@ -70,11 +70,12 @@ def load_rules(extra: Iterable[Path] = (), builtin: bool = True) -> list[Rule]:
                 seen[rule.code] = str(path)
                 rules.append(rule)
     for rule in rules:
-        unknown = [code for code in rule.supersedes if code not in seen]
-        if unknown:
-            raise RuleError(
-                f"{rule.source}: rule {rule.code}: field supersedes: no rule {', '.join(unknown)}"
-            )
+        for field in ("supersedes", "only_with"):
+            unknown = [code for code in getattr(rule, field) if code not in seen]
+            if unknown:
+                raise RuleError(
+                    f"{rule.source}: rule {rule.code}: field {field}: no rule {', '.join(unknown)}"
+                )
     for a, b in undeclared_overlaps(rules):
         raise RuleError(
             f"{b.source}: rule {b.code} can match the same code as {a.code} ({a.source}): "

@@ -129,6 +129,11 @@ class Example(Strict):
         return self
 
 
+class FileWords(Strict):
+    words: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]], Field(min_length=1)]
+    why: str = Field(description="Why the fix is held back in such a file.")
+
+
 class Rule(Strict):
     code: str = Field(
         pattern=CODE_PATTERN, description="Stable code: a prefix (NPU for the built-in rules) + 3 digits."
@@ -153,6 +158,16 @@ class Rule(Strict):
         description="The code this rule reports, left as it is, runs on an NPU without failing (a "
         "cuDNN flag, an NCCL variable): a CUDA guard over it may still be migrated. Otherwise a "
         "guard over code the run leaves as it is keeps its CUDA test, so an NPU run never reaches it.",
+    )
+    only_with: list[Annotated[str, Field(pattern=CODE_PATTERN)]] = Field(
+        default_factory=list,
+        description="Report only in files where one of these rules matches too (a check that "
+        "matters only beside a fused optimizer, say). Report-only rules only.",
+    )
+    hold_in_files_with: FileWords | None = Field(
+        default=None,
+        description="Hold the fix back in files that mention one of these words, saying why (the "
+        "fused optimizers reject the bf16 parameters a file that mentions bfloat16 may have).",
     )
     last_resort: bool = Field(
         default=False,
@@ -181,6 +196,10 @@ class Rule(Strict):
                 )
         if self.code in self.supersedes:
             raise ValueError("a rule cannot supersede itself")
+        if self.only_with and self.fix is not None:
+            raise ValueError("only_with is for report-only rules: a fix must not depend on other findings")
+        if self.hold_in_files_with and self.fix is None:
+            raise ValueError("hold_in_files_with holds a fix back: this rule has none")
         fixing = [e for e in self.examples if e.before is not None]
         if self.fix is None and fixing:
             raise ValueError("manual rules use 'flagged' examples, not before/after")

@@ -1,8 +1,10 @@
 """Runs each rule's own examples: before/after pairs must rewrite exactly (and stay put when
-rewritten again), flagged snippets must be reported unchanged, ok snippets left alone."""
+rewritten again), flagged snippets must be reported unchanged, ok snippets left alone. A rule
+that reports only beside other rules' matches (only_with) runs with those rules too."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.index import RuleIndex
@@ -23,8 +25,13 @@ class ExampleFailure:
         return f"{self.rule.source}: rule {self.rule.code} example {self.number}: {self.problem}"
 
 
+def companions(rule: Rule, rules: Sequence[Rule]) -> list[Rule]:
+    """The rules an example of `rule` needs beside it."""
+    return [r for r in rules if r.code in rule.only_with]
+
+
 def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) -> str | None:
-    """None when the example holds, else what went wrong."""
+    """None when the example holds, else what went wrong. `index`: the rule and its companions."""
     index = index or RuleIndex([rule])
     code = example.before or example.flagged or example.ok or ""
     result = migrate_source(code.encode(), index, ALL_FIXES)
@@ -33,13 +40,13 @@ def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) 
     got = result.new_source.decode() if result.new_source is not None else code
     found = [f for f in result.findings if f.rule.code == rule.code]
     if example.ok is not None:
-        if found or result.new_source is not None:
+        if found:  # without a finding of its own, the rule changed nothing
             return f"expected no finding and no change, got {len(found)} finding(s):\n{got}"
         return None
     if not found:
         return "expected a finding, got none"
     if example.flagged is not None:
-        return None if result.new_source is None else f"expected no change, got:\n{got}"
+        return None if not any(f.applied for f in found) else f"expected no change, got:\n{got}"
     if got != example.after:
         return f"expected:\n{example.after}\ngot:\n{got}"
     again = migrate_source(got.encode(), index, ALL_FIXES)
@@ -51,7 +58,7 @@ def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) 
 def check_rules(rules: list[Rule]) -> list[ExampleFailure]:
     failures = []
     for rule in rules:
-        index = RuleIndex([rule])
+        index = RuleIndex([rule, *companions(rule, rules)])
         for number, example in enumerate(rule.examples, start=1):
             problem = check_example(rule, example, index)
             if problem:
