@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +236,19 @@ def test_help_texts_keep_their_defaults(tmp_path: Path) -> None:
     ):
         page = run_cli(command, "--help", cwd=tmp_path).stdout
         assert text in " ".join(page.replace("│", " ").split()), command
+
+
+def test_findings_after_apply_point_at_the_rewritten_files_lines(tmp_path: Path) -> None:
+    code = "import torch\n\nx = torch.zeros(2).cuda()\nmajor = torch.cuda.get_device_capability()\n"
+    root = project(tmp_path, {"a.py": code})
+    in_place = run_cli("apply", root, cwd=tmp_path)
+    lines = (root / "a.py").read_text().splitlines()
+    assert lines[1] == "import torch_npu"  # everything below moved down one line
+    line = int(re.search(r"a\.py:(\d+):\d+: NPU106", in_place.stdout).group(1))
+    assert "get_device_capability" in lines[line - 1]
+    records = json.loads((tmp_path / "npu-migrate-changes.json").read_text())
+    rows = {r["Rule"]: r for r in records if "Rule" in r}
+    assert "npu()" in lines[int(rows["NPU103"]["Start Line"]) - 1]
+    source = project(tmp_path / "other", {"a.py": code})
+    copied = run_cli("apply", source, "--out", tmp_path / "copy", cwd=tmp_path)
+    assert f"{tmp_path / 'copy' / 'a.py'}:5:9: NPU106" in copied.stdout.replace("\n", "")

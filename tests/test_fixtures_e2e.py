@@ -85,6 +85,6 @@ def test_change_list_has_the_peer_columns(tmp_path: Path) -> None:
     }
     assert "NPU908" in notes  # nn.GELU: worth knowing, nothing to do
     inserts = [r for r in rows if r["Operation Type"] == "INSERT"]
-    assert {r["File"] for r in inserts} == {"src/train.py", "src/model.py", "src/data.py"}
+    assert {r["File"] for r in inserts} == {str(out / n) for n in ("train.py", "model.py", "data.py")}
     records = json.loads((tmp_path / "gpt_ddp-changes.json").read_text())
     assert len(records) == len(rows) and records[0]["File"] == rows[0]["File"]

@@ -17,6 +17,7 @@ from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
 from npu_migrate.report.summary import Summary, all_findings
+from npu_migrate.report.written import as_written
 from npu_migrate.write import RefusedWrite, Written, write_outcomes
 
 
@@ -72,6 +73,7 @@ def apply(
             common.fail(
                 f"nothing written to {out_dir}: cannot copy {exc.filename or ''}: {exc.strerror or exc}"
             )
+        outcomes = as_written(outcomes, written, paths[0] if out_dir else None, out_dir)
         try:
             write_change_list(change_list, outcomes, written.not_written)
         except OSError as exc:
