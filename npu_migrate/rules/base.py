@@ -64,6 +64,9 @@ class ArgCondition(Strict):
     code: list[str] | None = Field(
         default=None, description="Source texts the value must be one of, e.g. ['True']."
     )
+    not_code: list[str] | None = Field(
+        default=None, description="Source texts the value must not be, e.g. ['None']."
+    )
     default: str | None = Field(
         default=None, description="The code an absent argument stands for, for the `code` check."
     )

@@ -82,7 +82,8 @@ class Fix(Strict):
     )
     defaults: dict[str, str] = Field(
         default_factory=dict,
-        description="For call templates: code standing for an absent argument (may use $NAME).",
+        description="For call templates: code standing for an absent argument, or one passed as "
+        "None (torch's and flash-attn's None means the default; may use $NAME).",
     )
     substitute: list[Substitute] | None = Field(
         default=None, description="Regex replacements applied in order to a string literal's text."

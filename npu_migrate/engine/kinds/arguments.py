@@ -122,4 +122,6 @@ def _condition_holds(
         codes: list[str | None] = [code_of(v, ctx.module) for v in values] or [condition.default]
         if not any(c in condition.code for c in codes):
             return False
+    if condition.not_code is not None and any(code_of(v, ctx.module) in condition.not_code for v in values):
+        return False
     return not condition.simple or all(dotted_parts(v) for v in values)

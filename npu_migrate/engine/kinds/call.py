@@ -77,7 +77,7 @@ class CallMatcher(Matcher):
             try:
                 needed: list[str] = []
                 for name, default in fix.defaults.items():
-                    if name not in codes:
+                    if codes.get(name, "None") == "None":  # None means the default, as absent
                         node, more = fill(default, codes, self.ctx.table.spell)
                         codes[name], needed = code_of(node, self.ctx.module), needed + more
                 node, more = fill(fix.template, codes, self.ctx.table.spell)
