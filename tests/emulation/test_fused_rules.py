@@ -180,6 +180,12 @@ CASES = {
         '"BSND", scale=0.25)[0]',
         lambda: [randn(1, 6, 2, 16), randn(1, 6, 2, 16), randn(1, 6, 2, 16)],
     ),
+    "NPU920-flash-scale-none": (
+        "from flash_attn import flash_attn_func\n\n"
+        "def f(q, k, v):\n    return flash_attn_func(q, k, v, softmax_scale=None, causal=True)\n",
+        "scale=q.shape[-1] ** -0.5",
+        lambda: [randn(2, 5, 4, 8), randn(2, 5, 4, 8), randn(2, 5, 4, 8)],
+    ),
     "NPU917-swiglu-chunk": (
         "def f(x, w):\n    x = x @ w\n    a, b = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n",
         "torch_npu.npu_swiglu(x, dim=-1)",
@@ -219,6 +225,11 @@ CASES = {
     ),
     "NPU904-rms-norm-default-eps": (
         "def f(x, w):\n    return F.rms_norm(x, (16,), w)\n",
+        "epsilon=torch.finfo(x.dtype).eps",
+        lambda: [randn(3, 5, 16), randn(16)],
+    ),
+    "NPU904-rms-norm-eps-none": (
+        "def f(x, w):\n    return F.rms_norm(x, (16,), w, eps=None)\n",
         "epsilon=torch.finfo(x.dtype).eps",
         lambda: [randn(3, 5, 16), randn(16)],
     ),
