@@ -158,3 +158,17 @@ def test_the_prefilter_skips_prose_but_not_any_spelling_of_a_name() -> None:
         "from torch import (\n    zeros,\n    float64,\n)\nzeros(2, dtype=float64, device=d)\n"
     )
     assert {".load", ".save"} <= tokens("from torch import save, \\\n    load\n")
+
+
+def test_findings_inside_code_a_template_replaced_go_with_it() -> None:
+    code = "import torch\nbf16 = torch.cuda.get_device_capability()[0] >= 8\n"
+    result = migrate_source(code.encode(), INDEX, frozenset({Applicability.safe, Applicability.unsafe}))
+    assert result.new_source == b"import torch\nimport torch_npu\nbf16 = torch.npu.is_bf16_supported()\n"
+    assert [(f.rule.code, f.applied) for f in result.findings] == [("NPU115", True)]
+
+
+def test_findings_carried_into_a_template_stay() -> None:
+    code = 'import torch.nn.functional as F\ny = F.rms_norm(x, (8,), weights["gpu"], 1e-5)\n'
+    result = migrate_source(code.encode(), INDEX, frozenset({Applicability.safe, Applicability.unsafe}))
+    assert b'torch_npu.npu_rms_norm(x, weights["gpu"], epsilon=1e-5)[0]' in (result.new_source or b"")
+    assert "NPU108" in {f.rule.code for f in result.findings}

@@ -99,6 +99,13 @@ class FileContext:
         word = next((w for w in hold.words if w in self.words), None) if hold else None
         return f"this file mentions {word}: {hold.why}" if hold and word else None
 
+    def forget_replaced(self, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
+        """A template replaced `original`: the findings inside it whose code the replacement no
+        longer holds are gone with it (what a metavariable carried over is still there)."""
+        inside = {id(n) for n in subtree(original)} - {id(original)}
+        text = self.module.code_for_node(replacement)
+        self.matches = [m for m in self.matches if m.applied or id(m.node) not in inside or m.code in text]
+
     def drop_unaccompanied(self) -> None:
         """Matches of rules that report only beside another rule's match (Rule.only_with), where
         the file has none."""

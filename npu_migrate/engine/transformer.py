@@ -92,4 +92,9 @@ class Transformer(cst.CSTTransformer):
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
         for winner in winners:
             self.ctx.record(original_node, winner, applied=winner in applied, held=holds[id(winner)])
-        return owner.compose(updated_node, applied) if owner else updated_node
+        if not owner:
+            return updated_node
+        composed = owner.compose(updated_node, applied)
+        if any(w.rule.fix and w.rule.fix.template for w in applied) and isinstance(composed, cst.CSTNode):
+            self.ctx.forget_replaced(original_node, composed)
+        return composed
