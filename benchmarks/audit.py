@@ -15,7 +15,8 @@ from the rules would only find what the rules already know):
   * string literals whose whole text is a CUDA device or backend: `cuda`, `cuda:0`, `cuda:{}`
     (f-string fields read as `{}`), `gpu` (lowercase, as torch and the frameworks spell devices;
     "CUDA" and "GPU" are labels), `nccl` in any case and the `cpu:gloo,cuda:nccl` forms.
-Comments and prose strings are not code and hold no traces.
+Comments, prose strings and messages (a literal passed to print, a logging method or an
+exception) steer nothing and hold no traces.
 
 Prints, per tree: files, traces before and after apply, and how many of those left carry a
 finding on their line; then the silent ones by kind, and up to --show of them with their line.
@@ -54,6 +55,11 @@ TRACE_STRING = re.compile(r"cuda(:(\d+|\{\}))?|gpu|(?i:nccl)|(cpu:gloo,)?cuda:nc
 # import cuda`, `t.is_cuda`), not as variables of the code's own.
 ATTRIBUTES_ONLY = frozenset({"cuda", "is_cuda"})
 _FIELD = re.compile(r"\{[^{}]*\}")
+# Calls whose arguments are messages: a literal printed or logged steers nothing.
+MESSAGE_CALLS = frozenset(
+    {"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+    | {"ValueError", "RuntimeError", "TypeError", "NotImplementedError", "AssertionError"}
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,13 @@ def traces_in(source: str, file: str) -> list[Trace]:
     except (tokenize.TokenError, SyntaxError):
         return found
     code = [t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    callees: list[str | None] = []  # per open bracket, the name called there
     for i, token in enumerate(code):
+        if token.type == tokenize.OP and token.string in "([{":
+            called = token.string == "(" and i and code[i - 1].type == tokenize.NAME
+            callees.append(code[i - 1].string if called else None)
+        elif token.type == tokenize.OP and token.string in ")]}" and callees:
+            callees.pop()
         if token.type == tokenize.NAME and token.string in TRACE_NAMES:
             before = code[i - 1].string if i else ""
             after = code[i + 1].string if i + 1 < len(code) else ""
@@ -84,7 +96,8 @@ def traces_in(source: str, file: str) -> list[Trace]:
             found.append(Trace(file, token.start[0], token.string))
         elif token.type == tokenize.STRING:
             text = _string_text(token.string)
-            if text is not None and TRACE_STRING.fullmatch(text):
+            message = bool(callees) and callees[-1] in MESSAGE_CALLS
+            if text is not None and not message and TRACE_STRING.fullmatch(text):
                 found.append(Trace(file, token.start[0], repr(text.lower())))
     return found
 

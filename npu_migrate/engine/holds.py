@@ -34,7 +34,7 @@ def names_npu(text: str) -> bool:
 def npu_zone(node: cst.CSTNode) -> str | None:
     """Why nothing inside `node` may be rewritten (it already handles the NPU), or None."""
     if isinstance(node, cst.If) and any(_mentions_npu(test) for test in _chain_tests(node)):
-        return f"{NPU_AWARE}: this if/elif chain has an NPU branch, which must stay reachable"
+        return f"{NPU_AWARE}: this if/elif chain tests for the NPU, so each branch stays as it is"
     if isinstance(node, cst.IfExp) and _mentions_npu(node.test):
         return f"{NPU_AWARE}: this conditional expression tests for the NPU"
     entries = node.elements if isinstance(node, cst.Dict) else ()
