@@ -150,3 +150,18 @@ def test_zero_grad_set_to_none_is_reported_only_beside_a_fused_optimizer() -> No
     migrated, _ = run("import torch\noptimizer = torch.optim.Adam(params, 1e-3)\n" + step, UNSAFE)
     _, rescanned = run(migrated, frozenset())  # the migrated file keeps its to-do
     assert {"NPU915", "NPU928"} <= {f.rule.code for f in rescanned.findings}
+
+
+def test_an_early_return_guards_the_rest_of_its_block() -> None:
+    code = """import torch
+def info():
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability()
+"""
+    new, result = run(code)
+    assert new == code and ("NPU101", 3) in held(result)
+    _, scanned = run(code, frozenset())
+    assert ("NPU101", 3) in held(scanned)
+    harmless = code.replace("torch.cuda.get_device_capability()", "torch.cuda.device_count()")
+    assert "if not torch.npu.is_available():" in run(harmless)[0]

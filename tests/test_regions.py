@@ -66,6 +66,10 @@ LAYOUTS = {
         "import torch\nif torch.cuda.is_available():\n"
         "    x = 1\n    cap = torch.cuda.get_device_capability()\n"
     ),
+    "early return": (
+        "import torch\ndef f():\n    if not torch.cuda.is_available():\n        return\n"
+        "    x = 1\n    return torch.cuda.get_device_capability()\n"
+    ),
     "while guard": "import torch\nwhile torch.cuda.is_available():\n    import cupy\n",
     "one-line else import": "try:\n    import os\nexcept ImportError: os = None\nelse: import cupy\n",
     "decorator": "import torch\n@torch.jit.script\ndef f(x):\n    return x\n",

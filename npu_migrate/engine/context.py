@@ -138,23 +138,30 @@ class FileContext:
             return updated
         test, _ = split
         in_test = {id(n) for n in subtree(test)}
+        guarded = [m for m in self.matches[start:] if id(m.node) not in in_test]
+        if not self.hold_test(test, start, len(self.matches), guarded):
+            return updated
+        if isinstance(updated, cst.BooleanOperation) and isinstance(original, cst.BooleanOperation):
+            return updated.with_changes(left=original.left)
+        return updated.with_changes(test=test)
+
+    def hold_test(self, test: cst.CSTNode, start: int, end: int, guarded: Sequence[Match]) -> bool:
+        """Hold the fixes of the matches[start:end] inside `test` when `guarded` keeps CUDA code;
+        whether it did (the caller then puts the test back as it was)."""
+        in_test = {id(n) for n in subtree(test)}
         fixed = [
             i
-            for i in range(start, len(self.matches))
+            for i in range(start, end)
             if id(self.matches[i].node) in in_test and self._fixes(self.matches[i])
         ]
-        left = next(
-            (m for m in self.matches[start:] if id(m.node) not in in_test and self._leaves_cuda(m)), None
-        )
+        left = next((m for m in guarded if self._leaves_cuda(m)), None)
         if not fixed or left is None:
-            return updated
+            return False
         what = left.code.splitlines()[0] if left.code else ""
         held = f"it guards `{what}` ({left.candidate.rule.code}), which stays CUDA code: migrate that first"
         for i in fixed:
             self.matches[i] = replace(self.matches[i], applied=False, replacement=None, held=held)
-        if isinstance(updated, cst.BooleanOperation) and isinstance(original, cst.BooleanOperation):
-            return updated.with_changes(left=original.left)
-        return updated.with_changes(test=test)
+        return True
 
     def _fixes(self, match: Match) -> bool:
         """Whether the run fixes (or, for a scan, a default apply would fix) this match."""

@@ -54,6 +54,19 @@ def guard_split(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode] | None:
     return None
 
 
+def exits_early(node: cst.CSTNode) -> bool:
+    """An `if` with no else whose body always leaves the block (`if not ok: return`): the rest
+    of the block is what it guards."""
+    if not isinstance(node, cst.If) or node.orelse is not None:
+        return False
+    last = node.body.body[-1] if node.body.body else None
+    if isinstance(node.body, cst.SimpleStatementSuite):
+        last = node.body.body[-1] if node.body.body else None
+    elif isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    return isinstance(last, cst.Return | cst.Raise | cst.Continue | cst.Break)
+
+
 def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:

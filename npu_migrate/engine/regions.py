@@ -323,6 +323,8 @@ def _around(
             return (*function, False)
         if not alone:
             return None  # in an `elif` header: only the whole `if` stands alone
+        if function is None and _exits_early(statement) and line < _span(blocks[0][0])[0]:
+            return (first, _span(body[-1])[1], False)  # it guards the rest of its block
         if blocks and function is None and not isinstance(statement, _READ_WHOLE):
             body_first = _span(blocks[0][0])[0]
             if line < body_first and _starts_line(lines, blocks[0][0]):
@@ -334,6 +336,15 @@ def _around(
 # Statements read whole when an anchor is in their header: a guard with the code it guards
 # (engine.holds), a match statement with its cases (a case pattern heads no statement).
 _READ_WHOLE = (ast.If, ast.While, ast.Match)
+
+
+def _exits_early(statement: ast.stmt) -> bool:
+    """An `if` with no else whose body always leaves the block (engine.holds.exits_early)."""
+    return (
+        isinstance(statement, ast.If)
+        and not statement.orelse
+        and isinstance(statement.body[-1], ast.Return | ast.Raise | ast.Continue | ast.Break)
+    )
 
 
 def _starts_line(lines: list[str], statement: ast.stmt) -> bool:

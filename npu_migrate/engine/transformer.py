@@ -10,8 +10,10 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext
-from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, npu_zone
+from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, exits_early, npu_zone
 from npu_migrate.engine.kinds.base import Candidate, LeaveHook, Matcher, VisitHook, hooks_of
+
+Block = cst.IndentedBlock | cst.Module
 
 
 class Transformer(cst.CSTTransformer):
@@ -32,6 +34,7 @@ class Transformer(cst.CSTTransformer):
                 self.leaves[node_type].append((matcher, leave))
         self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
         self.guard_starts: dict[cst.CSTNode, int] = {}  # a guarding node -> matches before it
+        self.early_exits: dict[cst.CSTNode, tuple[int, int]] = {}  # `if ...: return` -> its matches
 
     # libcst asks about every field of every node; no hook here looks at fields.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -64,9 +67,30 @@ class Transformer(cst.CSTTransformer):
         start = self.guard_starts.pop(original_node, None)
         if start is not None and isinstance(result, cst.CSTNode):
             result = self.ctx.hold_guard(original_node, result, start)
+            if exits_early(original_node):
+                self.early_exits[original_node] = (start, len(self.ctx.matches))
+        if isinstance(result, cst.IndentedBlock | cst.Module) and self.early_exits:
+            result = self._hold_early_exits(original_node, result)
         if self.zones and self.zones[-1][0] is original_node:
             self.zones.pop()
         return result
+
+    def _hold_early_exits(self, original: cst.CSTNode, updated: Block) -> Block:
+        """`if not torch.cuda.is_available(): return` guards the rest of its block: where that
+        keeps CUDA code, the test stays as it was."""
+        if not isinstance(original, cst.IndentedBlock | cst.Module) or len(original.body) != len(
+            updated.body
+        ):
+            return updated
+        body = list(updated.body)
+        for i, statement in enumerate(original.body):
+            span = self.early_exits.pop(statement, None)
+            kept = body[i]
+            if span is None or not isinstance(statement, cst.If) or not isinstance(kept, cst.If):
+                continue
+            if self.ctx.hold_test(statement.test, *span, self.ctx.matches[span[1] :]):
+                body[i] = kept.with_changes(test=statement.test)
+        return updated.with_changes(body=body)
 
     def _settle(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode

@@ -40,7 +40,7 @@ def print_problems(console: Console, summary: Summary) -> None:
 def print_summary(console: Console, summary: Summary) -> None:
     print_problems(console, summary)
     if not summary.findings:
-        read = summary.files - len(summary.skipped)
+        read = summary.files - len(summary.skipped) - len(summary.errors)
         if summary.files and not read:
             console.print(f"Nothing was read: all {summary.files} file(s) were skipped.")
         else:
