@@ -62,6 +62,7 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     added_imports: list[tuple[int, str]] = field(default_factory=list)  # (line, module)
     removed_imports: list[tuple[int, str]] = field(default_factory=list)  # (line, qualified name)
+    added_helpers: list[tuple[int, str]] = field(default_factory=list)  # (line, function name)
     overridden: list[str] = field(default_factory=list)  # codes of catalog findings a user rule replaced
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # set when the file could not be parsed
@@ -90,6 +91,7 @@ class FileResult:
             findings=findings,
             added_imports=[(line, name) for line, name in data["added_imports"]],
             removed_imports=[(line, name) for line, name in data["removed_imports"]],
+            added_helpers=[(line, name) for line, name in data["added_helpers"]],
             overridden=data["overridden"],
             new_source=None if new_source is None else new_source.encode("latin-1"),
             error=data["error"],

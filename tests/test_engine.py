@@ -172,3 +172,21 @@ def test_findings_carried_into_a_template_stay() -> None:
     result = migrate_source(code.encode(), INDEX, frozenset({Applicability.safe, Applicability.unsafe}))
     assert b'torch_npu.npu_rms_norm(x, weights["gpu"], epsilon=1e-5)[0]' in (result.new_source or b"")
     assert "NPU108" in {f.rule.code for f in result.findings}
+
+
+def test_a_helper_is_added_once_after_the_imports() -> None:
+    code = (
+        "import torch\nimport torch.nn.functional as F\nfrom models import Block\n\n\n"
+        "def a(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n\n\n"
+        "def b(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+    )
+    unsafe = frozenset({Applicability.safe, Applicability.unsafe})
+    result = migrate_source(code.encode(), INDEX, unsafe)
+    new = (result.new_source or b"").decode()
+    assert new.count("def npu_causal_mask(device):") == 1
+    assert new.index("from models import Block") < new.index("@functools.lru_cache") < new.index("def a(")
+    assert new.count("atten_mask=npu_causal_mask(q.device)") == 2
+    line = dict((name, line) for line, name in result.added_helpers)["npu_causal_mask"]
+    assert new.splitlines()[line - 1] == "@functools.lru_cache(maxsize=None)"
+    assert migrate_source(new.encode(), INDEX, unsafe).new_source is None  # a second run adds nothing
+    compile(new, "<migrated>", "exec")

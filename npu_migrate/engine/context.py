@@ -187,6 +187,16 @@ class FileContext:
         return list(dict.fromkeys(needed))
 
     @property
+    def needed_helpers(self) -> dict[str, str]:
+        """The helper functions the applied fixes call (Fix.helpers), by name."""
+        return {
+            name: code
+            for match in self.matches
+            if match.applied and match.candidate.rule.fix
+            for name, code in match.candidate.rule.fix.helpers.items()
+        }
+
+    @property
     def droppable_imports(self) -> set[str]:
         """The imports the applied fixes free, where nothing else uses them."""
         return {

@@ -152,6 +152,32 @@ def add_imports(
     return module.with_changes(body=[*body[:at], *new, *body[at:]]), added
 
 
+def add_helpers(module: cst.Module, helpers: dict[str, str]) -> tuple[cst.Module, list[tuple[int, str]]]:
+    """The module with each helper function it does not define yet, after its last top-level
+    import, and (line, name) for each helper added."""
+    body = list(module.body)
+    defined = {s.name.value for s in body if isinstance(s, cst.FunctionDef | cst.ClassDef)}
+    missing = {name: code for name, code in helpers.items() if name not in defined}
+    if not missing:
+        return module, []
+    at = max((i + 1 for i, s in enumerate(body) if _imported_modules(s)), default=insertion_index(body))
+    line = module.with_changes(body=body[:at]).code.count("\n") + 1
+    new: list[cst.BaseStatement] = []
+    added = []
+    for name, code in missing.items():
+        statement = cst.parse_statement(code, config=module.config_for_parsing)
+        empty = cst.EmptyLine(indent=False)
+        statement = statement.with_changes(leading_lines=[empty, empty])
+        added.append((line + 2, name))
+        line += module.with_changes(body=[statement]).code.count("\n")
+        new.append(statement)
+    following = body[at:]
+    if following and len(following[0].leading_lines) < 2:
+        blank = [cst.EmptyLine(indent=False)] * (2 - len(following[0].leading_lines))
+        following[0] = following[0].with_changes(leading_lines=[*blank, *following[0].leading_lines])
+    return module.with_changes(body=[*body[:at], *new, *following]), added
+
+
 Statement = TypeVar("Statement", cst.Import, cst.ImportFrom)
 
 

@@ -19,7 +19,7 @@ import libcst as cst
 
 from npu_migrate.engine.context import FileContext, Match
 from npu_migrate.engine.holds import names_npu
-from npu_migrate.engine.imports import ImportPlan, add_imports, drop_unused_imports
+from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
@@ -130,6 +130,7 @@ def migrate_whole(
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
+        rewritten, result.added_helpers = add_helpers(rewritten, ctx.needed_helpers)
         result.removed_imports = [
             (where[s].start.line, name) for s in table.imports for name in _bound_names(s) if name in dropped
         ]

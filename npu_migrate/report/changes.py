@@ -31,6 +31,10 @@ def change_rows(outcomes: list[FileOutcome], not_written: dict[str, str] | None 
             continue
         for line, module in outcome.result.added_imports:
             rows.append(_row(display, line, line, "INSERT", f"import {module}", None))
+        for line, name in outcome.result.added_helpers:
+            rows.append(
+                _row(display, line, line, "INSERT", f"def {name}(...): a helper the fixes below call", None)
+            )
         for line, name in outcome.result.removed_imports:
             rows.append(_row(display, line, line, "DELETE", f"unused import of {name}", None))
         for finding in outcome.result.findings:

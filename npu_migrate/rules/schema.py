@@ -98,6 +98,23 @@ class Fix(Strict):
         default_factory=lambda: ["torch_npu"],
         description="Modules the fixed code needs imported (default: torch_npu).",
     )
+    helpers: dict[Identifier, str] = Field(
+        default_factory=dict,
+        description="Module-level functions the fixed code calls (name -> its def), added once "
+        "after the imports of a file that has no top-level name of that name yet: what the fix "
+        "would otherwise rebuild at every call (a constant mask) is built once.",
+    )
+
+    @model_validator(mode="after")
+    def _helpers_define_themselves(self) -> Fix:
+        for name, code in self.helpers.items():
+            try:
+                statement = cst.parse_statement(code)
+            except cst.ParserSyntaxError as exc:
+                raise ValueError(f"helper {name} does not parse: {exc.message}") from None
+            if not isinstance(statement, cst.FunctionDef) or statement.name.value != name:
+                raise ValueError(f"helper {name} must be one `def {name}(...)`")
+        return self
 
     @model_validator(mode="after")
     def _one_edit(self) -> Fix:
