@@ -186,6 +186,17 @@ CASES = {
         "scale=q.shape[-1] ** -0.5",
         lambda: [randn(2, 5, 4, 8), randn(2, 5, 4, 8), randn(2, 5, 4, 8)],
     ),
+    "NPU929-hand-written-attention": (
+        "def f(q, k, v):\n    return F.softmax(q @ k.transpose(-2, -1) * 0.3, dim=-1) @ v\n",
+        '"BNSD", scale=0.3)[0]',
+        lambda: [randn(2, 3, 5, 8), randn(2, 3, 7, 8), randn(2, 3, 7, 8)],
+    ),
+    "NPU930-hand-written-attention-divided": (
+        "import math\n\ndef f(q, k, v):\n"
+        "    return F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
+        "scale=1 / math.sqrt(q.shape[-1])",
+        lambda: [randn(1, 4, 6, 16), randn(1, 4, 6, 16), randn(1, 4, 6, 16)],
+    ),
     "NPU917-swiglu-chunk": (
         "def f(x, w):\n    x = x @ w\n    a, b = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n",
         "torch_npu.npu_swiglu(x, dim=-1)",
