@@ -31,7 +31,7 @@ def held(result: FileResult) -> dict[tuple[str, int], str]:
     ("text", "npu"),
     [("torch_npu", True), ("is_torch_npu_available", True), ("isNpuAvailable", True),
      ("NPUAccelerator", True), ('"npu:0"', True), ('"hccl"', True), ("input", False),
-     ("inputs", False), ("snpu", False)],
+     ("inputs", False), ("snpu", False), ("INPUT", False), ("isNPUAvailable", True), ("NPUs", True)],
 )  # fmt: skip
 def test_the_npu_is_named_as_a_word(text: str, npu: bool) -> None:
     assert names_npu(text) is npu

@@ -11,24 +11,32 @@ unmigrated code:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-NPU_WORDS = frozenset({"npu", "npus", "hccl", "ascend"})
+# The NPU named as a word: `torch_npu`, `is_npu`, `isNpuAvailable`, `NPUAccelerator`, "npu:0",
+# "hccl"; not `input` or `INPUT`.
+_NPU_WORD = re.compile(
+    r"(?<![a-z])(?:npus?|hccl|ascend)(?![a-z])|(?<![A-Z])(?:NPU[Ss]?|HCCL|ASCEND)(?![a-z])"
+    r"|(?<![A-Z])(?:Npus?|Hccl|Ascend)(?![a-z])"
+)
 
 NPU_AWARE = "already handles the NPU"
-# Node types whose NPU awareness is decided when the walk enters them.
-ZONE_TYPES = (cst.If, cst.IfExp, cst.Dict, cst.Try)
+# Node types whose NPU awareness is decided when the walk enters them (exact types: the walk
+# tests every node, and a set lookup is cheaper than isinstance).
+ZONE_TYPES = frozenset({cst.If, cst.IfExp, cst.Dict, cst.Try})
 # Node types that guard code: (the guard, the guarded code).
-GUARD_TYPES = (cst.If, cst.IfExp, cst.While, cst.BooleanOperation)
+GUARD_TYPES = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation})
 
 
 def names_npu(text: str) -> bool:
-    """Whether an identifier or string names the NPU as a word (`torch_npu`, `isNpuAvailable`,
-    "npu:0", "hccl"; not `input`)."""
-    return any(w.lower() in NPU_WORDS for w in _WORD.findall(text))
+    """Whether an identifier, a string or a file's words name the NPU as a word."""
+    return _NPU_WORD.search(text) is not None
+
+
+def any_names_npu(words: Iterable[str]) -> bool:
+    return names_npu(" ".join(words))
 
 
 def npu_zone(node: cst.CSTNode) -> str | None:

@@ -45,11 +45,11 @@ class Transformer(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Every hook sees the node; any of them may keep the walk out of its children."""
-        if isinstance(node, ZONE_TYPES) and not self.zones:
+        if type(node) in ZONE_TYPES and not self.zones:
             why = npu_zone(node)
             if why is not None:
                 self.zones.append((node, why))
-        if isinstance(node, GUARD_TYPES):
+        if type(node) in GUARD_TYPES:
             self.guard_starts[node] = len(self.ctx.matches)
         descend = True
         for hook in self.visits.get(type(node), ()):
@@ -69,7 +69,7 @@ class Transformer(cst.CSTTransformer):
             result = self.ctx.hold_guard(original_node, result, start)
             if exits_early(original_node):
                 self.early_exits[original_node] = (start, len(self.ctx.matches))
-        if isinstance(result, cst.IndentedBlock | cst.Module) and self.early_exits:
+        if self.early_exits and isinstance(result, Block):
             result = self._hold_early_exits(original_node, result)
         if self.zones and self.zones[-1][0] is original_node:
             self.zones.pop()

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
+NOT_CALLED = r"(?![ \t]*\()"
+
+
 class AttributeMatch(Strict):
     attribute: PlainNames = Field(description="Attribute names read on any receiver, e.g. 'is_cuda'.")
 
@@ -69,5 +72,6 @@ class AttributeKind(Kind[AttributeMatch]):
             prefilter.need(frozenset([accessed(name)]))
 
     def anchor(self, anchors: Anchors) -> None:
+        """The attribute's name, not called (a call is a method)."""
         for _, match in self.entries:
-            anchors.rule([Token.word(name) for name in match.attribute])
+            anchors.rule([Token.word(name, NOT_CALLED) for name in match.attribute])

@@ -67,6 +67,7 @@ class ImportKind(Kind[ImportMatch]):
                 prefilter.need(components(name))
 
     def anchor(self, anchors: Anchors) -> None:
-        """An import statement spells the first component of what it imports."""
+        """An import statement spells every component of what it imports (`from torch import
+        cuda` too): the last is the rarest (`cuda` is, `torch` is on most lines)."""
         for _, match in self.entries:
-            anchors.rule([Token.word(name.split(".")[0]) for name in match.import_])
+            anchors.rule([Token.word(name.removesuffix(".*").split(".")[-1]) for name in match.import_])
