@@ -28,6 +28,8 @@ from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.rules.regex import compile_rule_regex
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
+_QUOTE = re.compile("[\"']")
+_WINDOW = 1024
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -109,19 +111,25 @@ class Anchors:
         return Survey(self, text, counts, strings, rules) if rules else None
 
     def _strings(self, text: str) -> dict[str, list[int]]:
-        """For each string regex, where a literal starts with it: one pass over the text finds
-        the quotes that some regex follows, then each regex is tried there."""
+        """For each string regex, where a literal starts with it. One search over the text says
+        whether any does; from its quote on, each quote is tried with the text that follows it
+        (RE2 pays for a whole text at every call, so the calls get a window: a literal is known
+        by its first _WINDOW characters)."""
         regexes = self._string_regexes
         if not regexes:
             return {}
-        found: dict[str, list[int]] = {}
         any_quoted = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in regexes) + ")")
-        quote = any_quoted.search(text)
-        while quote is not None:  # one search from each hit's quote on: matches may overlap
+        first = any_quoted.search(text)
+        if first is None:
+            return {}
+        found: dict[str, list[int]] = {}
+        for quote in _QUOTE.finditer(text, first.start()):
+            window = text[quote.start() : quote.start() + _WINDOW]
+            if not any_quoted.match(window):
+                continue
             for regex in regexes:
-                if compile_rule_regex(f"[\"'](?:{regex})").match(text, quote.start()):
+                if compile_rule_regex(f"[\"'](?:{regex})").match(window):
                     found.setdefault(regex, []).append(quote.start())
-            quote = any_quoted.search(text, quote.start() + 1)
         return found
 
     def spellings(self, bindings: Iterable[tuple[str, str]]) -> dict[str, list[list[str]]]:
