@@ -11,15 +11,14 @@ unmigrated code:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import libcst as cst
 
 # The NPU named as a word: `torch_npu`, `is_npu`, `isNpuAvailable`, `NPUAccelerator`, "npu:0",
 # "hccl"; not `input` or `INPUT`.
 _NPU_WORD = re.compile(
-    r"(?<![a-z])(?:npus?|hccl|ascend)(?![a-z])|(?<![A-Z])(?:NPU[Ss]?|HCCL|ASCEND)(?![a-z])"
-    r"|(?<![A-Z])(?:Npus?|Hccl|Ascend)(?![a-z])"
+    r"(?<![a-z])(?:npus?|hccl)(?![a-z])|(?<![A-Z])(?:NPU[Ss]?|HCCL)(?![a-z])|(?<![A-Z])(?:Npus?|Hccl)(?![a-z])"
 )
 
 NPU_AWARE = "already handles the NPU"
@@ -33,10 +32,6 @@ GUARD_TYPES = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation})
 def names_npu(text: str) -> bool:
     """Whether an identifier, a string or a file's words name the NPU as a word."""
     return _NPU_WORD.search(text) is not None
-
-
-def any_names_npu(words: Iterable[str]) -> bool:
-    return names_npu(" ".join(words))
 
 
 def npu_zone(node: cst.CSTNode) -> str | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.rules.regex import compile_rule_regex
 
@@ -320,6 +321,8 @@ def _around(
         alone = _starts_line(lines, statement)  # not `if x: statement`, not `elif`
         if line == first and not alone:
             return None
+        if function is None and _handles_npu(statement):
+            return (first, last, False) if alone else None  # engine.holds decides inside it
         if function is not None and isinstance(statement, _FUNCTIONS):
             function = (first, last)
         blocks = list(ast_blocks(statement))
@@ -344,6 +347,30 @@ def _around(
 # Statements read whole when an anchor is in their header: a guard with the code it guards
 # (engine.holds), a match statement with its cases (a case pattern heads no statement).
 _READ_WHOLE = (ast.If, ast.While, ast.Match)
+
+
+def _handles_npu(statement: ast.stmt) -> bool:
+    """An if/elif chain whose tests name the NPU, or a `try` that imports torch_npu: code
+    engine.holds keeps as it is, which it must see whole."""
+    if isinstance(statement, ast.If):
+        tests: list[ast.expr] = []
+        branch: ast.stmt | None = statement
+        while isinstance(branch, ast.If):
+            tests.append(branch.test)
+            branch = branch.orelse[0] if len(branch.orelse) == 1 else None
+        return any(_names_npu(t) for t in tests)
+    if isinstance(statement, ast.Try):
+        return any(isinstance(s, ast.Import | ast.ImportFrom) and _names_npu(s) for s in statement.body)
+    return False
+
+
+def _names_npu(node: ast.AST) -> bool:
+    for inner in ast.walk(node):
+        for text in (getattr(inner, "id", None), getattr(inner, "attr", None), getattr(inner, "module", None),
+                     getattr(inner, "name", None), getattr(inner, "value", None)):  # fmt: skip
+            if isinstance(text, str) and names_npu(text):
+                return True
+    return False
 
 
 def _exits_early(statement: ast.stmt) -> bool:

@@ -18,7 +18,6 @@ from dataclasses import replace
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext, Match
-from npu_migrate.engine.holds import any_names_npu
 from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
@@ -59,8 +58,8 @@ def scan_regions(
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
     libcst will not parse)."""
-    if index.anchors.anywhere or any_names_npu(counts):
-        return None  # code that handles the NPU is read whole: engine.holds looks around it
+    if index.anchors.anywhere:
+        return None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
         text = source.decode(encoding)

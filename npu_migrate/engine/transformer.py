@@ -14,6 +14,7 @@ from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, exits_early, npu_z
 from npu_migrate.engine.kinds.base import Candidate, LeaveHook, Matcher, VisitHook, hooks_of
 
 Block = cst.IndentedBlock | cst.Module
+BLOCK_TYPES = frozenset({cst.IndentedBlock, cst.Module})
 
 
 class Transformer(cst.CSTTransformer):
@@ -60,17 +61,19 @@ class Transformer(cst.CSTTransformer):
     def on_leave(  # type: ignore[override]  # libcst's signature ties both nodes to one type
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
-        fact = self.fact_leaves.get(type(original_node))
+        kind = type(original_node)
+        fact = self.fact_leaves.get(kind)
         if fact is not None:
             fact(original_node)
-        result = self._settle(original_node, updated_node)
-        start = self.guard_starts.pop(original_node, None)
-        if start is not None and isinstance(result, cst.CSTNode):
+        leaves = self.leaves.get(kind)
+        result = self._settle(original_node, updated_node, leaves) if leaves else updated_node
+        if kind in GUARD_TYPES and isinstance(result, cst.CSTNode):
+            start = self.guard_starts.pop(original_node)
             result = self.ctx.hold_guard(original_node, result, start)
             if exits_early(original_node):
                 self.early_exits[original_node] = (start, len(self.ctx.matches))
-        if self.early_exits and isinstance(result, Block):
-            result = self._hold_early_exits(original_node, result)
+        if self.early_exits and kind in BLOCK_TYPES:
+            result = self._hold_early_exits(original_node, result)  # type: ignore[arg-type]
         if self.zones and self.zones[-1][0] is original_node:
             self.zones.pop()
         return result
@@ -93,11 +96,8 @@ class Transformer(cst.CSTTransformer):
         return updated.with_changes(body=body)
 
     def _settle(
-        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode, leaves: list[tuple[Matcher, LeaveHook]]
     ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
-        leaves = self.leaves.get(type(original_node))
-        if not leaves:
-            return updated_node
         owners: dict[int, Matcher] = {}
         candidates: list[Candidate] = []
         for matcher, leave in leaves:

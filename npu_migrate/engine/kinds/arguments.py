@@ -87,6 +87,12 @@ def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.Form
 def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:
     """A literal's text; f-string fields read as '{}'. None for bytes."""
     if isinstance(node, cst.SimpleString):
+        prefix = node.prefix.lower()
+        if "b" in prefix:
+            return None
+        body = node.value[len(node.prefix) + len(node.quote) : -len(node.quote)]
+        if "\r" not in body and ("\\" not in body or "r" in prefix):
+            return body  # what evaluating it gives, without the parse that costs
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in node.parts)
