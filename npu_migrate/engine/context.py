@@ -13,7 +13,7 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.facts import Facts
-from npu_migrate.engine.holds import guard_split, subtree
+from npu_migrate.engine.holds import guard_test, subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable
 from npu_migrate.model import Applicability, Finding, Severity
@@ -131,24 +131,20 @@ class FileContext:
         )
 
     def hold_guard(self, original: cst.CSTNode, updated: cst.CSTNode, start: int) -> cst.CSTNode:
-        """A guard (engine.holds.guard_split) whose test a fix rewrites, over code that keeps
+        """A guard (engine.holds.guard_test) whose test a fix rewrites, over code that keeps
         CUDA-only code: the test is put back as it was and its fixes are held."""
-        split = guard_split(original)
-        if split is None:
-            return updated
-        test, _ = split
-        in_test = {id(n) for n in subtree(test)}
-        guarded = [m for m in self.matches[start:] if id(m.node) not in in_test]
-        if not self.hold_test(test, start, len(self.matches), guarded):
+        test = guard_test(original)
+        if test is None or not self.hold_test(test, start, len(self.matches), self.matches[start:]):
             return updated
         if isinstance(updated, cst.BooleanOperation) and isinstance(original, cst.BooleanOperation):
             return updated.with_changes(left=original.left)
         return updated.with_changes(test=test)
 
     def hold_test(self, test: cst.CSTNode, start: int, end: int, guarded: Sequence[Match]) -> bool:
-        """Hold the fixes of the matches[start:end] inside `test` when `guarded` keeps CUDA code;
-        whether it did (the caller then puts the test back as it was)."""
+        """Hold the fixes of the matches[start:end] inside `test` when `guarded` (matches in the
+        test aside) keeps CUDA code; whether it did (the caller then puts the test back)."""
         in_test = {id(n) for n in subtree(test)}
+        guarded = [m for m in guarded if id(m.node) not in in_test]
         fixed = [
             i
             for i in range(start, end)

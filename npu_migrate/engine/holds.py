@@ -48,12 +48,13 @@ def npu_zone(node: cst.CSTNode) -> str | None:
     return None
 
 
-def guard_split(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.CSTNode] | None:
-    """(the test, the code it guards) of a guarding node; None for `or` and other nodes."""
+def guard_test(node: cst.CSTNode) -> cst.CSTNode | None:
+    """The test of a guarding node (what follows it, or its `and`'s right side, is what it
+    guards); None for `or` and other nodes."""
     if isinstance(node, cst.If | cst.IfExp | cst.While):
-        return node.test, node
+        return node.test
     if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-        return node.left, node.right
+        return node.left
     return None
 
 
@@ -62,10 +63,8 @@ def exits_early(node: cst.CSTNode) -> bool:
     of the block is what it guards."""
     if not isinstance(node, cst.If) or node.orelse is not None:
         return False
-    last = node.body.body[-1] if node.body.body else None
-    if isinstance(node.body, cst.SimpleStatementSuite):
-        last = node.body.body[-1] if node.body.body else None
-    elif isinstance(last, cst.SimpleStatementLine):
+    last = node.body.body[-1] if node.body.body else None  # a statement, or a small one after `:`
+    if isinstance(last, cst.SimpleStatementLine):
         last = last.body[-1] if last.body else None
     return isinstance(last, cst.Return | cst.Raise | cst.Continue | cst.Break)
 
