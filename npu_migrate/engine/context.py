@@ -143,14 +143,13 @@ class FileContext:
     def hold_test(self, test: cst.CSTNode, start: int, end: int, guarded: Sequence[Match]) -> bool:
         """Hold the fixes of the matches[start:end] inside `test` when `guarded` (matches in the
         test aside) keeps CUDA code; whether it did (the caller then puts the test back)."""
+        fixable = [i for i in range(start, end) if self._fixes(self.matches[i])]
+        leaving = [m for m in guarded if self._leaves_cuda(m)]
+        if not fixable or not leaving:
+            return False  # most guards: no walk of the test needed
         in_test = {id(n) for n in subtree(test)}
-        guarded = [m for m in guarded if id(m.node) not in in_test]
-        fixed = [
-            i
-            for i in range(start, end)
-            if id(self.matches[i].node) in in_test and self._fixes(self.matches[i])
-        ]
-        left = next((m for m in guarded if self._leaves_cuda(m)), None)
+        fixed = [i for i in fixable if id(self.matches[i].node) in in_test]
+        left = next((m for m in leaving if id(m.node) not in in_test), None)
         if not fixed or left is None:
             return False
         what = left.code.splitlines()[0] if left.code else ""
