@@ -4,6 +4,7 @@ each read once (or skipped with a reason)."""
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from pathlib import Path
 from stat import S_ISREG
@@ -99,7 +100,17 @@ def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> Source
         return SourceFile(path, display, skipped=reason)
     if b"\0" in data[:8192]:
         return SourceFile(path, display, skipped="binary file")
-    return SourceFile(path, display, data=data, stat=stat)
+    return SourceFile(path, display, data=data, stat=stat, package=package_of(path.parent))
+
+
+@functools.cache
+def package_of(folder: Path) -> str:
+    """The dotted package a folder is (its parents that hold an `__init__.py`, as far up as
+    they go), for resolving relative imports; "" when it is no package."""
+    if not folder.name.isidentifier() or not (folder / "__init__.py").is_file():
+        return ""
+    parent = package_of(folder.parent) if folder.parent != folder else ""
+    return f"{parent}.{folder.name}" if parent else folder.name
 
 
 def _is_python(path: Path) -> bool:

@@ -41,6 +41,7 @@ class SourceFile:
     data: bytes | None = None  # None: skipped
     skipped: str | None = None  # why it was skipped
     stat: os.stat_result | None = None  # as read: a file that changes before it is written is refused
+    package: str = ""  # the package it belongs to (for relative imports); "" when none
 
 
 @dataclass(frozen=True)

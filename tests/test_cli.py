@@ -252,3 +252,20 @@ def test_findings_after_apply_point_at_the_rewritten_files_lines(tmp_path: Path)
     source = project(tmp_path / "other", {"a.py": code})
     copied = run_cli("apply", source, "--out", tmp_path / "copy", cwd=tmp_path)
     assert f"{tmp_path / 'copy' / 'a.py'}:5:9: NPU106" in copied.stdout.replace("\n", "")
+
+
+def test_relative_imports_resolve_through_the_package_and_the_cache_knows_it(tmp_path: Path) -> None:
+    """The same bytes mean CUDA inside a package named transformers and nothing inside another,
+    on a cold run and from the result cache alike."""
+    use = "from ..utils import is_torch_cuda_available\n\nok = is_torch_cuda_available()\n"
+    files = {
+        f"{top}/{name}": ""
+        for top in ("transformers", "mylib")
+        for name in ("__init__.py", "sub/__init__.py")
+    }
+    root = project(tmp_path, {**files, "transformers/sub/use.py": use, "mylib/sub/use.py": use})
+    for _ in range(2):  # cold, then warm (the tests' private result cache)
+        result = run_cli("scan", root, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert "transformers/sub/use.py:3:6: NPU114 [safe]" in result.stdout
+        assert "mylib" not in result.stdout

@@ -190,3 +190,76 @@ def test_a_helper_is_added_once_after_the_imports() -> None:
     assert new.splitlines()[line - 1] == "@functools.lru_cache(maxsize=None)"
     assert migrate_source(new.encode(), INDEX, unsafe).new_source is None  # a second run adds nothing
     compile(new, "<migrated>", "exec")
+
+
+def migrate_in(package: str, code: str) -> tuple[str, list[str]]:
+    """The file's new text and its findings' labels, as a file of `package`."""
+    result = migrate_source(code.encode(), INDEX, SAFE, package)
+    assert result.error is None, result.error
+    labels = [
+        f"{f.line}:{f.rule.code}:{'held' if f.held else 'applied' if f.applied else 'report'}"
+        for f in result.findings
+    ]
+    return (result.new_source or code.encode()).decode(), labels
+
+
+def test_relative_imports_resolve_through_the_files_package() -> None:
+    code = (
+        "from ...utils import is_torch_cuda_available, logging\n\nif is_torch_cuda_available():\n    x = 1\n"
+    )
+    new, labels = migrate_in("transformers.models.llama", code)
+    assert (
+        new
+        == "from ...utils import is_torch_npu_available, logging\n\nif is_torch_npu_available():\n    x = 1\n"
+    )
+    assert labels == ["1:NPU114:applied", "3:NPU114:applied"]
+
+
+def test_relative_imports_outside_a_known_package_are_left_alone() -> None:
+    code = "from ...utils import is_torch_cuda_available\n\nif is_torch_cuda_available():\n    x = 1\n"
+    assert migrate_in("", code) == (code, [])
+    assert migrate_in("transformers", code) == (code, [])  # two levels above a top-level package
+
+
+def test_a_renamed_import_stays_bound_for_a_use_whose_fix_is_held() -> None:
+    """The use inside an if/elif chain that already handles the NPU keeps the old name, so the
+    import must keep binding it (before, it was renamed away: a NameError at that line)."""
+    code = (
+        "from transformers.utils import is_torch_cuda_available\n"
+        "def pick():\n"
+        "    if is_torch_cuda_available():\n"
+        '        return "a"\n'
+        "    elif is_torch_npu_available():\n"
+        '        return "b"\n'
+        "def other():\n"
+        "    return is_torch_cuda_available()\n"
+    )
+    new, labels = migrate_in("", code)
+    assert new == code.replace(
+        "import is_torch_cuda_available\n", "import is_torch_cuda_available, is_torch_npu_available\n"
+    ).replace("return is_torch_cuda_available()", "return is_torch_npu_available()")
+    assert labels == ["1:NPU114:applied", "3:NPU114:held", "8:NPU114:applied"]
+    again, labels = migrate_in("", new)  # a scan of the migrated file: the import is held too
+    assert again == new
+    assert labels == ["1:NPU114:held", "3:NPU114:held"]
+
+
+def test_an_imported_name_the_file_only_re_exports_is_left_as_it_is() -> None:
+    code = "from .import_utils import is_torch_cuda_available, is_torch_npu_available\n"
+    assert migrate_in("transformers.utils", code) == (code, ["1:NPU114:held"])
+
+
+def test_a_relative_import_whose_name_moves_module_is_written_absolute() -> None:
+    new, labels = migrate_in("torch.utils", "from ..cuda import synchronize\nsynchronize()\n")
+    assert new == "from torch_npu.npu import synchronize\nimport torch_npu\nsynchronize()\n"
+    assert labels == ["1:NPU101:applied"]
+
+
+def test_a_relative_import_a_template_frees_is_dropped() -> None:
+    code = "from ..optimizers import FusedAdam\nopt = FusedAdam(params, lr=1e-3, adam_w_mode=True)\n"
+    result = migrate_source(code.encode(), INDEX, frozenset(Applicability), "apex.contrib")
+    assert (
+        result.new_source
+        == b"import torch_npu\nopt = torch_npu.optim.NpuFusedAdamW(params, lr=1e-3, weight_decay=0.0)\n"
+    )
+    assert result.removed_imports == [(1, "apex.optimizers.FusedAdam")]

@@ -15,7 +15,7 @@ from libcst.metadata import CodeRange
 from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.holds import guard_test, subtree
 from npu_migrate.engine.imports import ImportPlan
-from npu_migrate.engine.names import ImportTable
+from npu_migrate.engine.names import ImportTable, dotted_parts
 from npu_migrate.model import Applicability, Finding, Severity
 from npu_migrate.rules.precedence import compare
 
@@ -157,6 +157,25 @@ class FileContext:
         for i in fixed:
             self.matches[i] = replace(self.matches[i], applied=False, replacement=None, held=held)
         return True
+
+    def bindings_to_keep(self) -> ImportPlan | None:
+        """The plan again, where an imported local that a rename gives a new name must stay
+        bound: some use of it keeps the old name (its fix is held, or not part of the run), or
+        the file does not use it at all (it re-exports it). None when the plan stands."""
+        plan = self.plan
+        renamed = {local for local, p in plan.locals.items() if p.local != local} - plan.kept - plan.unused
+        if not renamed:
+            return None
+        uses: dict[str, list[Match]] = {local: [] for local in renamed}
+        for match in self.matches:
+            parts = dotted_parts(match.node) if isinstance(match.node, cst.Name | cst.Attribute) else None
+            if parts and parts[0] in uses:
+                uses[parts[0]].append(match)
+        unused = frozenset(local for local, found in uses.items() if not found)
+        kept = frozenset(local for local, found in uses.items() if not all(map(self._fixes, found))) - unused
+        if not unused and not kept:
+            return None
+        return replace(plan, kept=plan.kept | kept, unused=plan.unused | unused)
 
     def _fixes(self, match: Match) -> bool:
         """Whether the run fixes (or, for a scan, a default apply would fix) this match."""

@@ -51,6 +51,11 @@ class ImportPlan:
     use of an imported name agrees with its (possibly renamed) import."""
 
     locals: dict[str, PlannedImport] = field(default_factory=dict)
+    # Known after a first pass (FileContext.bindings_to_keep): renamed locals whose old binding
+    # stays beside the new one (a fix leaves some use of them), and those the file does not use
+    # at all (it re-exports them: the import stays as it is).
+    kept: frozenset[str] = frozenset()
+    unused: frozenset[str] = frozenset()
 
 
 def plan_imports(table: ImportTable, best: Callable[[str], tuple[Rule, int] | None]) -> ImportPlan:
@@ -78,23 +83,34 @@ def renamed_by(rule: Rule, qualified: str) -> str | None:
 
 
 def regroup(
-    statement: cst.ImportFrom, base: str, planned: list[PlannedImport | None]
+    statement: cst.ImportFrom, base: str, planned: list[PlannedImport | None], plan: ImportPlan
 ) -> cst.ImportFrom | cst.FlattenSentinel[cst.ImportFrom]:
     """The from-import with each planned alias moved to its new module (one statement per
-    module, in order of first appearance)."""
+    module, in order of first appearance). `base` is the module it imports from, absolute; a
+    relative import keeps its spelling where the module stays, and is written absolute where
+    it moves. Kept locals stay bound beside their new names, unused ones as they are."""
     groups: dict[str, list[cst.ImportAlias]] = {}
-    for alias, plan in zip(statement.names, planned, strict=True):  # type: ignore[arg-type]
-        module = base
-        if plan is not None:
-            module, _, name = plan.target.rpartition(".")
-            as_name = cst.AsName(name=cst.Name(plan.local)) if plan.local != name else None
-            alias = alias.with_changes(name=cst.Name(name), asname=as_name)
-        groups.setdefault(module, []).append(alias)
+    bound = {(base, a.evaluated_name, a.evaluated_alias or a.evaluated_name) for a in statement.names}  # type: ignore[union-attr]
+    for alias, planned_here in zip(statement.names, planned, strict=True):  # type: ignore[arg-type]
+        local = alias.evaluated_alias or alias.evaluated_name
+        if planned_here is None or local in plan.unused:
+            groups.setdefault(base, []).append(alias)
+            continue
+        module, _, name = planned_here.target.rpartition(".")
+        if local in plan.kept:
+            groups.setdefault(base, []).append(alias)
+            if (module, name, planned_here.local) in bound:
+                continue  # the statement binds the new name already
+        as_name = cst.AsName(name=cst.Name(planned_here.local)) if planned_here.local != name else None
+        groups.setdefault(module, []).append(alias.with_changes(name=cst.Name(name), asname=as_name))
     statements = []
     for module, aliases in groups.items():
         aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        new_module = statement.module if module == base else cst.parse_expression(module)
-        statements.append(statement.with_changes(module=new_module, names=aliases))
+        if module == base:
+            statements.append(statement.with_changes(names=aliases))
+        else:
+            new_module = cst.parse_expression(module)
+            statements.append(statement.with_changes(module=new_module, relative=[], names=aliases))
     return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
 
 
@@ -199,18 +215,19 @@ class _NamesUsed(cst.CSTVisitor):
 
 
 class _DropImports(cst.CSTTransformer):
-    def __init__(self, qualified: set[str], used: set[str]) -> None:
+    def __init__(self, qualified: set[str], used: set[str], table: ImportTable) -> None:
         super().__init__()
         self.qualified = qualified
+        self.table = table
         self.used = used
         self.dropped: list[str] = []
 
     def leave_ImportFrom(
         self, original: cst.ImportFrom, updated: cst.ImportFrom
     ) -> cst.ImportFrom | cst.RemovalSentinel:
-        if updated.relative or isinstance(updated.names, cst.ImportStar):
+        base = self.table.imported_from(updated)
+        if base is None or isinstance(updated.names, cst.ImportStar):
             return updated
-        base = module_name(updated.module)
 
         def dropped(alias: cst.ImportAlias) -> str | None:
             name = f"{base}.{alias.evaluated_name}"
@@ -258,12 +275,14 @@ class _DropImports(cst.CSTTransformer):
         return updated if updated.body else updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
 
 
-def drop_unused_imports(module: cst.Module, qualified: set[str]) -> tuple[cst.Module, list[str]]:
+def drop_unused_imports(
+    module: cst.Module, qualified: set[str], table: ImportTable
+) -> tuple[cst.Module, list[str]]:
     """The module without the from-imports of `qualified` names it no longer uses, and the
     qualified names whose imports went."""
     if not qualified:
         return module, []
     used = _NamesUsed()
     module.visit(used)
-    dropper = _DropImports(qualified, used.names)
+    dropper = _DropImports(qualified, used.names, table)
     return module.visit(dropper), dropper.dropped

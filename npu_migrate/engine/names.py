@@ -108,14 +108,15 @@ class ImportTable:
     """Local name -> qualified name, for every name a file binds by import, read from a libcst
     tree (`of`) or, where no libcst tree is at hand, from the stdlib's (`of_ast`)."""
 
+    package: str = ""  # the package the file belongs to, for relative imports ("": unknown)
     bindings: dict[str, str] = field(default_factory=dict)
     bound: list[tuple[str, str]] = field(default_factory=list)  # every binding, in order (a local may repeat)
     named: list[ImportedName] = field(default_factory=list)  # what from-imports and `as` bind
     imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)  # with `of` only
 
     @classmethod
-    def of(cls, module: cst.Module) -> ImportTable:
-        table = cls()
+    def of(cls, module: cst.Module, package: str = "") -> ImportTable:
+        table = cls(package)
         for statement in small_statements(module.body):
             if isinstance(statement, cst.Import):
                 table.imports.append(statement)
@@ -123,16 +124,15 @@ class ImportTable:
                     table.bind_module(module_name(alias.name), alias.evaluated_alias)
             elif isinstance(statement, cst.ImportFrom):
                 table.imports.append(statement)
-                if not statement.relative and not isinstance(statement.names, cst.ImportStar):
+                base = table.imported_from(statement)
+                if base and not isinstance(statement.names, cst.ImportStar):
                     for alias in statement.names:
-                        table.bind_from(
-                            module_name(statement.module), alias.evaluated_name, alias.evaluated_alias
-                        )
+                        table.bind_from(base, alias.evaluated_name, alias.evaluated_alias)
         return table
 
     @classmethod
-    def of_ast(cls, tree: ast.Module) -> ImportTable:
-        table = cls()
+    def of_ast(cls, tree: ast.Module, package: str = "") -> ImportTable:
+        table = cls(package)
         table.add_ast(ast_statements(tree.body))
         return table
 
@@ -141,10 +141,25 @@ class ImportTable:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self.bind_module(alias.name, alias.asname)
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            elif isinstance(node, ast.ImportFrom):
+                base = self.absolute(node.module or "", node.level)
                 for alias in node.names:
-                    if alias.name != "*":
-                        self.bind_from(node.module, alias.name, alias.asname)
+                    if base and alias.name != "*":
+                        self.bind_from(base, alias.name, alias.asname)
+
+    def imported_from(self, statement: cst.ImportFrom) -> str | None:
+        """The absolute module a from-import reads; None for a relative one outside the known
+        package."""
+        return self.absolute(module_name(statement.module), len(statement.relative))
+
+    def absolute(self, module: str, level: int) -> str | None:
+        """`module` imported with `level` leading dots, as an absolute name (PEP 328)."""
+        if not level:
+            return module or None
+        parts = self.package.split(".") if self.package else []
+        if len(parts) < level:
+            return None
+        return ".".join(parts[: len(parts) - level + 1] + ([module] if module else []))
 
     def bind_module(self, module: str, asname: str | None) -> None:
         """`import a.b` binds `a`; `import a.b as c` binds `c` to a.b."""

@@ -228,12 +228,14 @@ def _compiled(regex: str) -> re.Pattern[str]:
 _IMPORT = re.compile(r"\bimport\b")
 
 
-def import_bindings(text: str, lines: list[str], starts: list[int]) -> list[tuple[str, str]] | None:
+def import_bindings(
+    text: str, lines: list[str], starts: list[int], package: str = ""
+) -> list[tuple[str, str]] | None:
     """Every (local, qualified) binding the file's imports may make, without parsing the file:
     each line with the word `import` (and the lines its statement continues on) parsed alone.
     More than the file binds is harmless (a docstring's example: an anchor too many); None when
     a line cannot be read this way, so the caller parses the file."""
-    table = ImportTable()
+    table = ImportTable(package)
     done: set[int] = set()
     for match in _IMPORT.finditer(text):
         line = bisect.bisect_right(starts, match.start()) - 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import sys
 import tokenize
 from collections import Counter
@@ -37,23 +38,37 @@ from npu_migrate.prefilter import word_counts
 
 
 def migrate_source(
-    source: bytes, index: RuleIndex, enabled: frozenset[Applicability] = frozenset()
+    source: bytes, index: RuleIndex, enabled: frozenset[Applicability] = frozenset(), package: str = ""
 ) -> FileResult:
-    """Find (and, for the enabled applicabilities, fix) everything the rules match."""
+    """Find (and, for the enabled applicabilities, fix) everything the rules match. `package`:
+    the package the file belongs to, for its relative imports."""
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
-    if not index.prefilter.may_match(text, counts):
+    if not index.prefilter.may_match(text, counts.keys() | _spelled_by_relative_imports(text, package)):
         return FileResult()
-    found = scan_regions(source, index, enabled, counts)
+    found = scan_regions(source, index, enabled, counts, package)
     if found is not None and not any(f.applied for f in found.findings):
         return found
     # A fix applies (the regions road parsed the file with the stdlib: not too deep), or the
     # regions road gave up (it may not have parsed it).
-    return migrate_whole(source, index, enabled, checked=found is not None, words=counts)
+    return migrate_whole(source, index, enabled, checked=found is not None, words=counts, package=package)
+
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
+
+
+def _spelled_by_relative_imports(text: str, package: str) -> set[str]:
+    """The words a file's relative imports stand for (`from ..utils` spells the package's own
+    name without writing it)."""
+    return set(package.split(".")) if package and _RELATIVE_IMPORT.search(text) else set()
 
 
 def scan_regions(
-    source: bytes, index: RuleIndex, enabled: frozenset[Applicability], counts: Counter[str]
+    source: bytes,
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+    counts: Counter[str],
+    package: str = "",
 ) -> FileResult | None:
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
@@ -70,7 +85,7 @@ def scan_regions(
         return FileResult()
     lines = split_lines(text)
     starts = line_starts(lines)
-    cheap = import_bindings(text, lines, starts)  # enough to tell most files with no anchor apart
+    cheap = import_bindings(text, lines, starts, package)  # enough to tell most files with no anchor apart
     anchored = survey.lines(cheap, starts) if cheap is not None else None
     if anchored == ([], []):
         return FileResult()
@@ -78,7 +93,7 @@ def scan_regions(
         tree = stdlib_parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    table = ImportTable.of_ast(tree)
+    table = ImportTable.of_ast(tree, package)
     statement_lines, function_lines = anchored or survey.lines(table.bound, starts)
     if not statement_lines and not function_lines:
         return FileResult()
@@ -101,6 +116,7 @@ def migrate_whole(
     enabled: frozenset[Applicability],
     checked: bool = False,
     words: Collection[str] | None = None,
+    package: str = "",
 ) -> FileResult:
     """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
     this file already (so it is not nested too deeply for libcst); `words`: its words, where
@@ -117,7 +133,7 @@ def migrate_whole(
         return FileResult(error=f"line {line}: cannot decode as {exc.encoding}: {exc.reason}")
     except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
-    table = ImportTable.of(module)
+    table = ImportTable.of(module, package)
     words = word_counts(source.decode("latin-1")) if words is None else words
     ctx = _match(module, table, index.names.plan(table), index, enabled, words)
     rewritten = ctx.rewritten
@@ -127,13 +143,18 @@ def migrate_whole(
     matches: list[Match] = ctx.matches
     where = positions(module, [m.node for m in matches] + list(table.imports))
     if any(m.applied for m in matches):
-        rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports)
+        rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports, table)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
         rewritten, result.added_helpers = add_helpers(rewritten, ctx.needed_helpers)
         result.removed_imports = [
-            (where[s].start.line, name) for s in table.imports for name in _bound_names(s) if name in dropped
+            (where[s].start.line, name)
+            for s in table.imports
+            for name in _bound_names(s, table)
+            if name in dropped
         ]
-        gone = {s for s in table.imports if _bound_names(s) and set(_bound_names(s)) <= set(dropped)}
+        gone = {
+            s for s in table.imports if _bound_names(s, table) and set(_bound_names(s, table)) <= set(dropped)
+        }
         matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
         new_source = _edges_kept(source, rewritten.bytes)
         broken = _broken(source, new_source)
@@ -160,6 +181,9 @@ def _match(
     ctx = FileContext(module, table, plan, enabled, words)
     ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
     ctx.drop_unaccompanied()
+    kept = ctx.bindings_to_keep()
+    if kept is not None:  # rare: a renamed import keeps its old name; the pass runs again knowing it
+        return _match(module, table, kept, index, enabled, words)
     return ctx
 
 
@@ -233,12 +257,12 @@ def _broken(source: bytes, new_source: bytes) -> str | None:
     return problem
 
 
-def _bound_names(statement: cst.Import | cst.ImportFrom) -> list[str]:
+def _bound_names(statement: cst.Import | cst.ImportFrom, table: ImportTable) -> list[str]:
     """What an import statement imports: `a.b` for `import a.b`, `m.x` for `from m import x`."""
     if isinstance(statement, cst.ImportFrom):
-        if statement.relative or isinstance(statement.names, cst.ImportStar):
+        base = table.imported_from(statement)
+        if base is None or isinstance(statement.names, cst.ImportStar):
             return []
-        base = module_name(statement.module)
         return [f"{base}.{alias.evaluated_name}" for alias in statement.names]
     return [module_name(alias.name) for alias in statement.names]
 

@@ -110,7 +110,7 @@ class Transformer(cst.CSTTransformer):
             candidates = [c for c in candidates if not c.rule.last_resort]
         winners = self.ctx.settle(candidates)
         zone = self.zones[-1][1] if self.zones else None
-        holds = {id(w): zone or self.ctx.file_hold(w.rule) for w in winners}
+        holds = {id(w): zone or w.held or self.ctx.file_hold(w.rule) for w in winners}
         applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node

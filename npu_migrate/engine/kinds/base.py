@@ -36,6 +36,7 @@ class Candidate:
     imports: tuple[str, ...] = ()  # modules the fix needs besides the rule's add_import
     part: str = ""  # what in the node it is about (an imported name): other parts never compete
     specificity: int = 0  # a rule on a more specific name beats one on a prefix
+    held: str | None = None  # why the fix must not apply here, as the matcher sees it
 
 
 VisitHook = Callable[[cst.CSTNode], object]

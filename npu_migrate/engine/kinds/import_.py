@@ -39,9 +39,9 @@ class ImportMatcher(Matcher):
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
         """The module imported from; where no rule is about it, each module imported from it
         (`from torch import cuda` imports torch.cuda)."""
-        if updated.relative:
+        module = self.ctx.table.imported_from(updated)
+        if module is None:
             return []
-        module = module_name(updated.module)
         found = self._report(module)
         if found or isinstance(updated.names, cst.ImportStar):
             return found

@@ -113,18 +113,26 @@ class NameMatcher(Matcher):
         return candidates
 
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> list[Candidate]:
-        if updated.relative or isinstance(updated.names, cst.ImportStar):
+        base = self.ctx.table.imported_from(updated)
+        if base is None or isinstance(updated.names, cst.ImportStar):
             return []
-        base = module_name(updated.module)
         planned = self._planned(updated)
         candidates = []
         for alias, plan in zip(updated.names, planned, strict=True):
             if plan is None:
                 qualified = f"{base}.{alias.evaluated_name}"
                 candidates += self.kind.ranked(qualified, whole=True)[:1]
-        proposed = regroup(updated, base, planned)
+        proposed = regroup(updated, base, planned, self.ctx.plan)
+        held = None
+        if isinstance(proposed, cst.ImportFrom) and proposed.deep_equals(updated):  # a rename keeps it
+            unused = any(
+                (a.evaluated_alias or a.evaluated_name) in self.ctx.plan.unused for a in updated.names
+            )
+            held = _REEXPORTED if unused else _KEPT_FOR_USES
         rules = {p.rule.code: p.rule for p in planned if p is not None}
-        return candidates + [Candidate(rule, proposed, part=f"import:{code}") for code, rule in rules.items()]
+        return candidates + [
+            Candidate(rule, proposed, part=f"import:{code}", held=held) for code, rule in rules.items()
+        ]
 
     def _planned(self, statement: cst.ImportFrom) -> list[PlannedImport | None]:
         return [self.ctx.plan.locals.get(a.evaluated_alias or a.evaluated_name) for a in statement.names]  # type: ignore[union-attr]
@@ -142,7 +150,7 @@ class NameMatcher(Matcher):
             return updated.with_changes(names=names)
         if isinstance(updated, cst.ImportFrom):
             enabled = [p if p is not None and p.rule.code in rules else None for p in self._planned(updated)]
-            return regroup(updated, module_name(updated.module), enabled)
+            return regroup(updated, self.ctx.table.imported_from(updated) or "", enabled, self.ctx.plan)
         return super().compose(updated, applied)
 
 
@@ -185,6 +193,10 @@ class NameKind(Kind[NameMatch]):
             return (ranked[0].rule, ranked[0].specificity) if ranked else None
 
         return plan_imports(table, best)
+
+
+_KEPT_FOR_USES = "the name stays imported for the code here that keeps using it (see its findings)"
+_REEXPORTED = "this file does not use the name, it re-exports it: its users are migrated where they are"
 
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:
