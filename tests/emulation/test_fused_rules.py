@@ -145,6 +145,14 @@ def packed_sequences(query_heads: int) -> list[torch.Tensor]:
 
 
 DTYPES = [torch.float32, torch.bfloat16]
+# Hugging Face's additive mask: 0 where a key is kept, the dtype's minimum where padding or
+# causality masks it out, (B, 1, S, S); every query keeps at least its first key.
+PADDED_CAUSAL = (
+    "def f(q, k, v, lengths):\n"
+    "    s = q.shape[-2]\n"
+    "    keep = (torch.arange(s) < lengths[:, None, None, None]) & torch.ones(s, s, dtype=torch.bool).tril()\n"
+    "    mask = torch.zeros(keep.shape, dtype=q.dtype).masked_fill(~keep, torch.finfo(q.dtype).min)\n"
+)
 
 CASES = {
     "NPU901-causal": (
@@ -196,6 +204,30 @@ CASES = {
         "    return F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
         "scale=1 / math.sqrt(q.shape[-1])",
         lambda: [randn(1, 4, 6, 16), randn(1, 4, 6, 16), randn(1, 4, 6, 16)],
+    ),
+    "NPU931-hand-written-attention-masked": (
+        PADDED_CAUSAL + "    return F.softmax(q @ k.transpose(-2, -1) * 0.25 + mask, dim=-1) @ v\n",
+        '"BNSD", atten_mask=mask < 0, scale=0.25)[0]',
+        lambda: [randn(2, 3, 6, 16), randn(2, 3, 6, 16), randn(2, 3, 6, 16), torch.tensor([4, 6])],
+    ),
+    "NPU932-hand-written-attention-masked-divided": (
+        "import math\n\n"
+        + PADDED_CAUSAL
+        + "    return F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask, dim=-1) @ v\n",
+        "atten_mask=mask < 0, scale=1 / math.sqrt(q.shape[-1])",
+        lambda: [randn(1, 4, 5, 16), randn(1, 4, 5, 16), randn(1, 4, 5, 16), torch.tensor([3])],
+    ),
+    "NPU933-hand-written-attention-masked-dropout-eval": (
+        PADDED_CAUSAL
+        + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) * 0.3 + mask, dim=-1), p=0.1, training=False) @ v\n",
+        "keep_prob=1 - 0.1 if False else 1.0)[0]",
+        lambda: [randn(2, 2, 6, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8), torch.tensor([6, 2])],
+    ),
+    "NPU934-hand-written-attention-masked-divided-dropout-none": (
+        PADDED_CAUSAL
+        + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) / 4 + mask, dim=-1), p=0.0, training=True) @ v\n",
+        "scale=1 / 4, keep_prob=1 - 0.0 if True else 1.0)[0]",
+        lambda: [randn(2, 2, 6, 16), randn(2, 2, 6, 16), randn(2, 2, 6, 16), torch.tensor([5, 6])],
     ),
     "NPU917-swiglu-chunk": (
         "def f(x, w):\n    x = x @ w\n    a, b = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n",
