@@ -150,7 +150,8 @@ DTYPES = [torch.float32, torch.bfloat16]
 PADDED_CAUSAL = (
     "def f(q, k, v, lengths):\n"
     "    s = q.shape[-2]\n"
-    "    keep = (torch.arange(s) < lengths[:, None, None, None]) & torch.ones(s, s, dtype=torch.bool).tril()\n"
+    "    causal = torch.ones(s, s, dtype=torch.bool).tril()\n"
+    "    keep = (torch.arange(s) < lengths[:, None, None, None]) & causal\n"
     "    mask = torch.zeros(keep.shape, dtype=q.dtype).masked_fill(~keep, torch.finfo(q.dtype).min)\n"
 )
 
@@ -218,14 +219,14 @@ CASES = {
         lambda: [randn(1, 4, 5, 16), randn(1, 4, 5, 16), randn(1, 4, 5, 16), torch.tensor([3])],
     ),
     "NPU933-hand-written-attention-masked-dropout-eval": (
-        PADDED_CAUSAL
-        + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) * 0.3 + mask, dim=-1), p=0.1, training=False) @ v\n",
+        PADDED_CAUSAL + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) * 0.3 + mask, dim=-1), "
+        "p=0.1, training=False) @ v\n",
         "keep_prob=1 - 0.1 if False else 1.0)[0]",
         lambda: [randn(2, 2, 6, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8), torch.tensor([6, 2])],
     ),
     "NPU934-hand-written-attention-masked-divided-dropout-none": (
-        PADDED_CAUSAL
-        + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) / 4 + mask, dim=-1), p=0.0, training=True) @ v\n",
+        PADDED_CAUSAL + "    return F.dropout(F.softmax(q @ k.transpose(-2, -1) / 4 + mask, dim=-1), "
+        "p=0.0, training=True) @ v\n",
         "scale=1 / 4, keep_prob=1 - 0.0 if True else 1.0)[0]",
         lambda: [randn(2, 2, 6, 16), randn(2, 2, 6, 16), randn(2, 2, 6, 16), torch.tensor([5, 6])],
     ),

@@ -70,7 +70,8 @@ def parameter(node: cst.Call, name: str, signature: list[str]) -> list[cst.BaseE
 
 
 def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
-    """String literals that are the value of `expr`, looking through conditionals and sequences."""
+    """String literals that are the value of `expr`, looking through conditionals, sequences and
+    dict values (`device_map={"": "cuda:0"}`)."""
     if isinstance(expr, STRING_LITERALS):
         yield expr
     elif isinstance(expr, cst.IfExp):
@@ -82,6 +83,10 @@ def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.Form
     elif isinstance(expr, cst.Tuple | cst.List | cst.Set):
         for element in expr.elements:
             yield from strings_in(element.value)
+    elif isinstance(expr, cst.Dict):
+        for item in expr.elements:
+            if isinstance(item, cst.DictElement):
+                yield from strings_in(item.value)
 
 
 def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:

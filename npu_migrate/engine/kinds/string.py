@@ -48,7 +48,9 @@ class StringContext(Strict):
         description="Globs over the source text of the other operand of ==, != or in.",
     )
     assign: list[str] | None = Field(
-        default=None, description="Globs over the assigned name (or attribute name)."
+        default=None,
+        description="Globs over the assigned name (an attribute's name, a subscript's string key: "
+        '`cfg["device"] = ...`).',
     )
     param: list[str] | None = Field(
         default=None, description="Globs over function parameter names (default values)."
@@ -156,8 +158,8 @@ class StringMatcher(Matcher):
         self._mark_assignment(node.target, node.value)
 
     def _mark_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
-        if isinstance(name, str):
+        name = _assigned_name(target)
+        if name is not None:
             self._mark_where("assign", value, lambda globs: _glob(name, globs))
 
     def visit_Param(self, node: cst.Param) -> None:
@@ -301,3 +303,17 @@ def _strings_of(code: str) -> frozenset[str]:
 def _example_strings(rule: Rule) -> frozenset[str]:
     codes = [c for e in rule.examples for c in (e.before, e.after, e.flagged, e.ok) if c]
     return frozenset().union(*(_strings_of(c) for c in codes))
+
+
+def _assigned_name(target: cst.BaseExpression) -> str | None:
+    """The name an assignment target is known by: `x`, `obj.x`, `mapping["x"]`."""
+    if isinstance(target, cst.Name):
+        return target.value
+    if isinstance(target, cst.Attribute):
+        return target.attr.value
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+        key = target.slice[0].slice
+        if isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString):
+            value = key.value.evaluated_value
+            return value if isinstance(value, str) else None
+    return None
