@@ -263,3 +263,19 @@ def test_a_relative_import_a_template_frees_is_dropped() -> None:
         == b"import torch_npu\nopt = torch_npu.optim.NpuFusedAdamW(params, lr=1e-3, weight_decay=0.0)\n"
     )
     assert result.removed_imports == [(1, "apex.optimizers.FusedAdam")]
+
+
+def test_a_renamed_import_keeps_the_statements_layout() -> None:
+    code = (
+        "from transformers.utils import (\n    logging,\n    is_torch_cuda_available,\n)\n"
+        "x = is_torch_cuda_available()\n"
+    )
+    assert migrate(code) == code.replace("cuda", "npu")
+    held = (
+        "from transformers.utils import (\n    is_torch_cuda_available,\n)\n"
+        "if is_torch_cuda_available():\n    a = 1\nelif is_torch_npu_available():\n    a = 2\n"
+        "b = is_torch_cuda_available()\n"
+    )
+    assert migrate(held).startswith(
+        "from transformers.utils import (\n    is_torch_cuda_available,\n    is_torch_npu_available,\n)\n"
+    )

@@ -4,6 +4,7 @@ metavariables, templates, and keyword edits (set, rename, drop)."""
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable
@@ -81,3 +82,57 @@ def test_keyword_edits_set_rename_and_drop() -> None:
     assert apply(edit, code) == (
         "from torch.optim import AdamW\nopt = AdamW(params, lr=1e-3, weight_decay=0.1, eps=1e-8)\n"
     )
+
+
+HOIST = rule(
+    match={
+        "pattern": "fuse($A) * $B",
+        "assigned": ["$A, $B = $X.chunk(2)"],
+        "simple": ["X"],
+        "hoist": {"X": "{A}_{B}"},
+    },
+    fix={"template": "fused($X)", "add_import": []},
+    examples=[{"before": "a", "after": "b"}],
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (  # the call's result is named on a line of its own, comment and indentation kept
+            "def f(x):\n    # split\n    a, b = proj(x).chunk(2)\n    if x:\n        return fuse(a) * b\n",
+            "def f(x):\n    # split\n    a_b = proj(x)\n    a, b = a_b.chunk(2)\n"
+            "    if x:\n        return fused(a_b)\n",
+        ),
+        (  # a plain name needs no hoist
+            "def f(x):\n    a, b = x.chunk(2)\n    return fuse(a) * b\n",
+            "def f(x):\n    a, b = x.chunk(2)\n    return fused(x)\n",
+        ),
+        (  # two uses of one chunk hoist once
+            "def f(x):\n    a, b = p(x).chunk(2)\n    y = fuse(a) * b\n    return y + fuse(a) * b\n",
+            "def f(x):\n    a_b = p(x)\n    a, b = a_b.chunk(2)\n"
+            "    y = fused(a_b)\n    return y + fused(a_b)\n",
+        ),
+    ],
+)
+def test_a_hoist_names_what_the_template_repeats(code: str, expected: str) -> None:
+    assert apply(HOIST, code) == expected
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f(x):\n    a, b = p(x).chunk(2)\n    a_b = 1\n    return fuse(a) * b\n",  # the name is taken
+        "def f(x):\n    a, b = p(x).chunk(2); c = 1\n    return fuse(a) * b\n",  # the line holds more
+        "def f(x):\n    if x: a, b = p(x).chunk(2)\n    return fuse(a) * b\n",  # a one-line suite
+    ],
+)
+def test_no_hoist_where_it_cannot_be_made_and_no_fix_then(code: str) -> None:
+    assert apply(HOIST, code) == code
+
+
+def test_a_hoist_must_name_an_assigned_metavariable() -> None:
+    with pytest.raises(ValueError, match="hoist"):
+        rule(match={"pattern": "fuse($A)", "assigned": ["$A = g($X)"], "hoist": {"A2": "n"}})
+    with pytest.raises(ValueError, match="unknown metavariable"):
+        rule(match={"pattern": "fuse($A)", "assigned": ["$A = g($X)"], "hoist": {"X": "{Q}"}})

@@ -104,14 +104,28 @@ def regroup(
         as_name = cst.AsName(name=cst.Name(planned_here.local)) if planned_here.local != name else None
         groups.setdefault(module, []).append(alias.with_changes(name=cst.Name(name), asname=as_name))
     statements = []
+    last, between = statement.names[-1].comma, _comma_between(statement)  # type: ignore[index]
     for module, aliases in groups.items():
-        aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        # A group keeps the statement's layout: the comma that ended it ends it (`name,\n)`).
+        aliases[:-1] = [a.with_changes(comma=between) if a.comma is last else a for a in aliases[:-1]]
+        aliases[-1] = aliases[-1].with_changes(comma=last if module == base else cst.MaybeSentinel.DEFAULT)
         if module == base:
             statements.append(statement.with_changes(names=aliases))
         else:
             new_module = cst.parse_expression(module)
             statements.append(statement.with_changes(module=new_module, relative=[], names=aliases))
     return statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+
+
+def _comma_between(statement: cst.ImportFrom) -> cst.Comma | cst.MaybeSentinel:
+    """The comma (with its whitespace) that separates two of the statement's names."""
+    names = statement.names
+    assert not isinstance(names, cst.ImportStar)
+    if len(names) > 1:
+        return names[0].comma
+    if statement.lpar is not None:  # one name in parentheses: the next one goes on its own line too
+        return cst.Comma(whitespace_after=statement.lpar.whitespace_after)
+    return cst.MaybeSentinel.DEFAULT
 
 
 def _imported_modules(statement: cst.BaseStatement) -> list[str]:

@@ -61,15 +61,26 @@ def name_matches(qualified: str | None, patterns: list[str]) -> bool:
 
 def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseSmallStatement]:
     """Every simple statement in a body, nested blocks included, without visiting expressions."""
+    for _, statement in statement_lines(body):
+        yield statement
+
+
+def statement_lines(
+    body: Sequence[cst.BaseStatement],
+) -> Iterator[tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite, cst.BaseSmallStatement]]:
+    """Every simple statement in a body with the line (or suite) that holds it."""
     for statement in body:
         yield from _walk(statement)
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.BaseSmallStatement]:
+def _walk(
+    node: cst.CSTNode,
+) -> Iterator[tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite, cst.BaseSmallStatement]]:
     if isinstance(node, cst.SimpleStatementLine | cst.SimpleStatementSuite):
-        yield from node.body
+        for small in node.body:
+            yield node, small
     elif isinstance(node, cst.IndentedBlock):
-        yield from small_statements(node.body)
+        yield from statement_lines(node.body)
     else:
         for child in node.children:
             if isinstance(child, _BLOCKS):

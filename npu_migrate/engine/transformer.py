@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext
 from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, exits_early, npu_zone
-from npu_migrate.engine.kinds.base import Candidate, LeaveHook, Matcher, VisitHook, hooks_of
+from npu_migrate.engine.kinds.base import Candidate, Hoist, LeaveHook, Matcher, VisitHook, hooks_of
 
 Block = cst.IndentedBlock | cst.Module
 BLOCK_TYPES = frozenset({cst.IndentedBlock, cst.Module})
@@ -36,6 +37,9 @@ class Transformer(cst.CSTTransformer):
         self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
         self.guard_starts: dict[cst.CSTNode, int] = {}  # a guarding node -> matches before it
         self.early_exits: dict[cst.CSTNode, tuple[int, int]] = {}  # `if ...: return` -> its matches
+        self.hoists: dict[
+            cst.CSTNode, dict[str, Hoist]
+        ] = {}  # an earlier line -> what applied fixes put before it
 
     # libcst asks about every field of every node; no hook here looks at fields.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -74,6 +78,8 @@ class Transformer(cst.CSTTransformer):
                 self.early_exits[original_node] = (start, len(self.ctx.matches))
         if self.early_exits and kind in BLOCK_TYPES:
             result = self._hold_early_exits(original_node, result)  # type: ignore[arg-type]
+        if self.hoists and kind in BLOCK_TYPES:
+            result = self._place_hoists(original_node, result)  # type: ignore[arg-type]
         if self.zones and self.zones[-1][0] is original_node:
             self.zones.pop()
         return result
@@ -95,6 +101,31 @@ class Transformer(cst.CSTTransformer):
                 body[i] = kept.with_changes(test=statement.test)
         return updated.with_changes(body=body)
 
+    def _place_hoists(self, original: Block, updated: Block) -> Block:
+        """Put `name = <code>` before each line of this block that an applied fix hoists from
+        (PatternMatch.hoist); the line then reads the name. The line itself is as it was (no
+        other fix applies in it), so it is found by its content."""
+        body = list(updated.body)
+        for line in original.body:
+            hoists = self.hoists.pop(line, None)
+            if hoists is None:
+                continue
+            at = next(i for i, statement in enumerate(body) if statement.deep_equals(line))
+            reading = next(iter(hoists.values())).line
+            named = [
+                cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(h.name))], h.target)])
+                for h in hoists.values()
+            ]
+            named[0] = named[0].with_changes(leading_lines=reading.leading_lines)
+            for hoist in hoists.values():
+                reading = cast(
+                    cst.SimpleStatementLine, reading.deep_replace(hoist.target, cst.Name(hoist.name))
+                )
+            body[at : at + 1] = [*named, reading.with_changes(leading_lines=())]
+        if isinstance(original, cst.Module) and self.hoists:
+            raise RuntimeError("a hoisted value found no line to go before")  # the file is left as it is
+        return updated.with_changes(body=body)
+
     def _settle(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode, leaves: list[tuple[Matcher, LeaveHook]]
     ) -> cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]:
@@ -114,6 +145,9 @@ class Transformer(cst.CSTTransformer):
         applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
+        for winner in applied:
+            for hoist in winner.hoists:
+                self.hoists.setdefault(hoist.line, {})[hoist.name] = hoist
         for winner in winners:
             self.ctx.record(original_node, winner, applied=winner in applied, held=holds[id(winner)])
         if not owner:

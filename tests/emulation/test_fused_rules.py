@@ -114,21 +114,21 @@ def run(fn, inputs: list, dtype) -> list[torch.Tensor]:
 
 
 def compare(original, fused, inputs: list, dtype) -> None:
-    """fp32: the fused code matches the original closely. bf16: both are held to bf16 accuracy
-    (2^-6 of each tensor's scale: a few bf16 steps of rounding) against the fp32 original, since
-    a fused kernel rounds once where the original rounds after every operation."""
+    """fp32: the fused code matches the original closely. bf16: the fused code is as accurate as
+    the original run in bf16, against the fp32 original: each tensor within 2^-6 of its scale (a
+    few bf16 steps of rounding), or no further from the truth than twice the original's own bf16
+    error where that is larger (a fused kernel rounds once where the original rounds after every
+    operation; a scaled or shifted result is far outside either)."""
     truth = run(original, inputs, torch.float32)
-    candidates = [run(fused, inputs, dtype)] + (
-        [run(original, inputs, dtype)] if dtype != torch.float32 else []
-    )
-    for results in candidates:
-        assert len(results) == len(truth) > 1
-        for got, want in zip(results, truth, strict=True):
-            if dtype == torch.float32:
-                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-            else:
-                scale = want.abs().max().item()
-                torch.testing.assert_close(got, want, rtol=2**-6, atol=2**-6 * scale)
+    got_all = run(fused, inputs, dtype)
+    assert len(got_all) == len(truth) > 1
+    if dtype == torch.float32:
+        for got, want in zip(got_all, truth, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        return
+    for got, want, plain in zip(got_all, truth, run(original, inputs, dtype), strict=True):
+        tolerance = max(2**-6 * want.abs().max().item(), 2 * (plain - want).abs().max().item())
+        torch.testing.assert_close(got, want, rtol=2**-6, atol=tolerance)
 
 
 def randn(*shape: int) -> torch.Tensor:
@@ -233,6 +233,12 @@ CASES = {
     "NPU917-swiglu-chunk": (
         "def f(x, w):\n    x = x @ w\n    a, b = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n",
         "torch_npu.npu_swiglu(x, dim=-1)",
+        lambda: [randn(3, 5, 8), randn(8, 12)],
+    ),
+    "NPU917-swiglu-chunk-of-call": (
+        "def f(x, w):\n    a, b = torch.matmul(x, w).chunk(2, dim=-1)\n    return F.silu(a) * b\n",
+        "    a_b = torch.matmul(x, w)\n    a, b = a_b.chunk(2, dim=-1)\n"
+        "    return torch_npu.npu_swiglu(a_b, dim=-1)",
         lambda: [randn(3, 5, 8), randn(8, 12)],
     ),
     "NPU919-bool-mask": (

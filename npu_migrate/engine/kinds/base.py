@@ -37,6 +37,17 @@ class Candidate:
     part: str = ""  # what in the node it is about (an imported name): other parts never compete
     specificity: int = 0  # a rule on a more specific name beats one on a prefix
     held: str | None = None  # why the fix must not apply here, as the matcher sees it
+    hoists: tuple[Hoist, ...] = ()  # statements the fix needs before an earlier line (PatternMatch.hoist)
+
+
+@dataclass(frozen=True)
+class Hoist:
+    """`name = <target's code>` put before `line`, whose `target` then reads `name`."""
+
+    line: cst.SimpleStatementLine  # in the original tree
+    target: cst.BaseExpression  # in the original tree, inside `line`
+    variable: str  # the metavariable that matched `target`
+    name: str
 
 
 VisitHook = Callable[[cst.CSTNode], object]

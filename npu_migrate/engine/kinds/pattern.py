@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, cast
 
 import libcst as cst
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
-from npu_migrate.engine.kinds.base import Candidate, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.names import dotted_parts, small_statements
+from npu_migrate.engine.holds import subtree
+from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
+from npu_migrate.engine.names import dotted_parts, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
@@ -49,6 +50,25 @@ class PatternMatch(Strict):
         "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
         "and $X is a plain name not assigned there or after it.",
     )
+    hoist: dict[str, str] = Field(
+        default_factory=dict,
+        description="For a metavariable of `assigned` that matched more than a plain name, the name "
+        "to give its value ('{A}_{B}': the code of plain-name metavariables A and B): the fix "
+        "puts `name = <its code>` on a line of its own before the assignment, which then reads "
+        "the name, so the template can use $X once more without computing it twice.",
+    )
+
+    @model_validator(mode="after")
+    def _hoist_what_is_assigned(self) -> PatternMatch:
+        assigned = set(METAVARIABLE.findall(" ".join(self.assigned)))
+        for variable, name in self.hoist.items():
+            if variable not in assigned:
+                raise ValueError(f"hoist: ${variable} is not a metavariable of `assigned`")
+            try:
+                name.format_map({v: "x" for v in assigned | set(METAVARIABLE.findall(self.pattern))})
+            except (KeyError, ValueError, IndexError) as exc:
+                raise ValueError(f"hoist: {name!r} names an unknown metavariable: {exc}") from None
+        return self
 
 
 class PatternMatcher(Matcher):
@@ -61,27 +81,31 @@ class PatternMatcher(Matcher):
     def _leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[Candidate]:
         candidates = []
         for rule, pattern in self.kind.by_type[type(original)]:
+            match = cast(PatternMatch, rule.match)
             bindings = pattern.match(updated, self.ctx.table.qualify)
-            if bindings is None or not self._guards_hold(cast(PatternMatch, rule.match), bindings):
+            if bindings is None:
+                continue
+            hoists: tuple[Hoist, ...] | None = ()
+            if match.assigned:
+                assignment = self._assignment(match, bindings)
+                hoists = self._hoists(match, bindings, assignment[0]) if assignment else None
+            if hoists is None or not self._guards_hold(match, bindings, {h.variable for h in hoists}):
                 continue
             fixed: cst.CSTNode | None = None
             needed: list[str] = []
             if rule.fix and rule.fix.template:
                 codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
+                codes.update({h.variable: h.name for h in hoists})
                 fixed, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
                 fixed = _framed_like(fixed, updated)
-            candidates.append(Candidate(rule, fixed, tuple(needed)))
+            candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists))
         return candidates
 
-    def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> bool:
-        """Checks the pattern's guards; `assigned` ones add what they bind to `bindings`."""
-        if match.assigned:
-            found = self._assignment(match, bindings)
-            if found is None:
-                return False
-            bindings.update(found)
+    def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
+        """Checks the pattern's guards (hoisted metavariables count as the plain names they become)."""
         if not all(
-            isinstance(b, cst.BaseExpression) and dotted_parts(b) for b in map(bindings.get, match.simple)
+            name in hoisted or (isinstance(b, cst.BaseExpression) and dotted_parts(b))
+            for name, b in zip(match.simple, map(bindings.get, match.simple), strict=True)
         ):
             return False
         return all(
@@ -90,16 +114,17 @@ class PatternMatcher(Matcher):
 
     def _assignment(
         self, match: PatternMatch, bindings: dict[str, cst.CSTNode]
-    ) -> dict[str, cst.CSTNode] | None:
-        """The bindings of the statement in the enclosing function that assigns the matched names
-        as `match.assigned` says, when the data flow makes the rewrite safe: those names are
-        assigned nowhere else, and what they were computed from is not assigned there or later."""
+    ) -> tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite, cst.BaseSmallStatement] | None:
+        """The statement in the enclosing function (and its line) that assigns the matched names as
+        `match.assigned` says, when the data flow makes the rewrite safe: those names are assigned
+        nowhere else, and what they were computed from is not assigned there or later. What it
+        binds is added to `bindings`."""
         functions = self.ctx.facts.functions
         if not functions or not isinstance(functions[-1].body, cst.IndentedBlock):
             return None
-        statements = list(small_statements(list(functions[-1].body.body)))
-        assigned = [_assigned_names(s) for s in statements]
-        for index, statement in enumerate(statements):
+        lines = list(statement_lines(list(functions[-1].body.body)))
+        assigned = [_assigned_names(s) for _, s in lines]
+        for index, (line, statement) in enumerate(lines):
             for source in match.assigned:
                 pattern = Pattern.compile(source)
                 found = pattern.match(statement, self.ctx.table.qualify, bindings)
@@ -112,8 +137,39 @@ class PatternMatcher(Matcher):
                 from_here = set().union(*assigned[index:])
                 if targets & elsewhere or sources & from_here:
                     return None
-                return found
+                bindings.update(found)
+                return line, statement
         return None
+
+    def _hoists(
+        self,
+        match: PatternMatch,
+        bindings: dict[str, cst.CSTNode],
+        line: cst.SimpleStatementLine | cst.SimpleStatementSuite,
+    ) -> tuple[Hoist, ...] | None:
+        """The hoists `match.hoist` asks for where a metavariable of the assignment on `line`
+        matched more than a plain name; None when one cannot be made: the assignment shares its
+        line, another fix changes that line, or the name is taken in the function."""
+        wanted = [v for v in match.hoist if not dotted_parts(cast(cst.BaseExpression, bindings[v]))]
+        if not wanted:
+            return ()
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        inside = {id(n) for n in subtree(line)}
+        if any(m.applied and id(m.node) in inside for m in self.ctx.matches):
+            return None
+        plain = {v: b.value for v, b in bindings.items() if isinstance(b, cst.Name)}
+        taken = {n.value for n in subtree(self.ctx.facts.functions[-1]) if isinstance(n, cst.Name)}
+        hoists = []
+        for variable in wanted:
+            try:
+                name = match.hoist[variable].format_map(plain)
+            except KeyError:  # a metavariable of the name matched more than a plain name
+                return None
+            if not name.isidentifier() or name in taken:
+                return None
+            hoists.append(Hoist(line, cast(cst.BaseExpression, bindings[variable]), variable, name))
+        return tuple(hoists)
 
 
 class PatternKind(Kind[PatternMatch]):
