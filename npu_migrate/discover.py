@@ -11,7 +11,7 @@ from stat import S_ISREG
 
 import pathspec
 
-from npu_migrate.model import SourceFile
+from npu_migrate.model import ModulePath, SourceFile
 
 SKIP_DIRS = {
     ".git",
@@ -100,7 +100,17 @@ def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> Source
         return SourceFile(path, display, skipped=reason)
     if b"\0" in data[:8192]:
         return SourceFile(path, display, skipped="binary file")
-    return SourceFile(path, display, data=data, stat=stat, package=package_of(path.parent))
+    return SourceFile(path, display, data=data, stat=stat, module=module_of(path))
+
+
+def module_of(path: Path) -> ModulePath:
+    """The module a file is, found from the `__init__.py` files of its folders."""
+    package = package_of(path.parent)
+    if not package:
+        return ModulePath()
+    if path.name == "__init__.py":
+        return ModulePath(package, package)
+    return ModulePath(f"{package}.{path.stem}" if path.stem.isidentifier() else "", package)
 
 
 @functools.cache

@@ -35,13 +35,28 @@ class RuleInfo:
 
 
 @dataclass(frozen=True)
+class ModulePath:
+    """Where a file sits among Python packages, for names its relative imports and its own
+    top-level definitions stand for: `transformers/utils/import_utils.py` is the module
+    transformers.utils.import_utils of the package transformers.utils."""
+
+    name: str = ""  # the module's dotted name; "" outside any package
+    package: str = ""  # what its relative imports start from; "" outside any package
+
+    @property
+    def key(self) -> bytes:
+        """What results depend on, for the result cache."""
+        return f"{self.name}\0{self.package}".encode()
+
+
+@dataclass(frozen=True)
 class SourceFile:
     path: Path  # where to read it (a link named on the command line: its target)
     display: str  # how to name it in reports: relative to the root it was found under, printable
     data: bytes | None = None  # None: skipped
     skipped: str | None = None  # why it was skipped
     stat: os.stat_result | None = None  # as read: a file that changes before it is written is refused
-    package: str = ""  # the package it belongs to (for relative imports); "" when none
+    module: ModulePath = field(default_factory=ModulePath)  # where it sits among packages
 
 
 @dataclass(frozen=True)

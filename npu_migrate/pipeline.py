@@ -81,7 +81,7 @@ def run_rules(
         if file.data is None:
             results[i] = FileResult()
         elif cache is not None:
-            keys[i] = cache.key(file.data + b"\0" + file.package.encode())  # relative imports read it
+            keys[i] = cache.key(file.data + b"\0" + file.module.key)
             if (hit := _cached(cache, keys[i])) is not None:
                 results[i] = hit
         if i in results:
@@ -197,7 +197,7 @@ def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicab
 
     assert file.data is not None
     try:
-        return _on_deep_stack(migrate_source, file.data, index, enabled, file.package)
+        return _on_deep_stack(migrate_source, file.data, index, enabled, file.module)
     except Exception as exc:  # an engine bug must not cost the user the other files
         return FileResult(error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}")
 

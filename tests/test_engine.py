@@ -7,6 +7,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.source import migrate_source
+from npu_migrate.model import ModulePath
 from npu_migrate.rules.base import Applicability
 from npu_migrate.rules.load import load_rules
 
@@ -192,9 +193,9 @@ def test_a_helper_is_added_once_after_the_imports() -> None:
     compile(new, "<migrated>", "exec")
 
 
-def migrate_in(package: str, code: str) -> tuple[str, list[str]]:
-    """The file's new text and its findings' labels, as a file of `package`."""
-    result = migrate_source(code.encode(), INDEX, SAFE, package)
+def migrate_in(package: str, code: str, module: str = "") -> tuple[str, list[str]]:
+    """The file's new text and its findings' labels, as the module `module` of `package`."""
+    result = migrate_source(code.encode(), INDEX, SAFE, ModulePath(module or f"{package}.m", package))
     assert result.error is None, result.error
     labels = [
         f"{f.line}:{f.rule.code}:{'held' if f.held else 'applied' if f.applied else 'report'}"
@@ -257,7 +258,9 @@ def test_a_relative_import_whose_name_moves_module_is_written_absolute() -> None
 
 def test_a_relative_import_a_template_frees_is_dropped() -> None:
     code = "from ..optimizers import FusedAdam\nopt = FusedAdam(params, lr=1e-3, adam_w_mode=True)\n"
-    result = migrate_source(code.encode(), INDEX, frozenset(Applicability), "apex.contrib")
+    result = migrate_source(
+        code.encode(), INDEX, frozenset(Applicability), ModulePath("apex.contrib.m", "apex.contrib")
+    )
     assert (
         result.new_source
         == b"import torch_npu\nopt = torch_npu.optim.NpuFusedAdamW(params, lr=1e-3, weight_decay=0.0)\n"
@@ -279,3 +282,16 @@ def test_a_renamed_import_keeps_the_statements_layout() -> None:
     assert migrate(held).startswith(
         "from transformers.utils import (\n    is_torch_cuda_available,\n    is_torch_npu_available,\n)\n"
     )
+
+
+def test_a_modules_own_definitions_resolve_as_its_names() -> None:
+    """A vendored library calls its helpers by their bare names: they are `<module>.<name>`."""
+    code = (
+        "def is_torch_cuda_available():\n    return True\n\n"
+        "def is_torch_npu_available():\n    return False\n\n"
+        "def has_mamba():\n    return is_torch_cuda_available()\n"
+    )
+    new, labels = migrate_in("transformers.utils", code, "transformers.utils.import_utils")
+    assert labels == ["8:NPU114:applied"]
+    assert new.endswith("    return is_torch_npu_available()\n")  # the module's own function, no import
+    assert migrate_in("mylib", code, "mylib.helpers") == (code, [])

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from npu_migrate.model import ModulePath
+
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
@@ -119,15 +121,16 @@ class ImportTable:
     """Local name -> qualified name, for every name a file binds by import, read from a libcst
     tree (`of`) or, where no libcst tree is at hand, from the stdlib's (`of_ast`)."""
 
-    package: str = ""  # the package the file belongs to, for relative imports ("": unknown)
+    where: ModulePath = field(default_factory=ModulePath)  # for relative imports and own definitions
     bindings: dict[str, str] = field(default_factory=dict)
     bound: list[tuple[str, str]] = field(default_factory=list)  # every binding, in order (a local may repeat)
     named: list[ImportedName] = field(default_factory=list)  # what from-imports and `as` bind
     imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)  # with `of` only
 
     @classmethod
-    def of(cls, module: cst.Module, package: str = "") -> ImportTable:
-        table = cls(package)
+    def of(cls, module: cst.Module, where: ModulePath | None = None) -> ImportTable:
+        table = cls(where or ModulePath())
+        table.define(s.name.value for s in module.body if isinstance(s, cst.FunctionDef | cst.ClassDef))
         for statement in small_statements(module.body):
             if isinstance(statement, cst.Import):
                 table.imports.append(statement)
@@ -142,10 +145,21 @@ class ImportTable:
         return table
 
     @classmethod
-    def of_ast(cls, tree: ast.Module, package: str = "") -> ImportTable:
-        table = cls(package)
+    def of_ast(cls, tree: ast.Module, where: ModulePath | None = None) -> ImportTable:
+        table = cls(where or ModulePath())
+        table.define(
+            s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        )
         table.add_ast(ast_statements(tree.body))
         return table
+
+    def define(self, names: Iterable[str]) -> None:
+        """The module's own top-level functions and classes, as `<module>.<name>` (a library's
+        own code calls its helpers so); imports of the same name take precedence."""
+        if self.where.name:
+            for name in names:
+                self.bindings.setdefault(name, f"{self.where.name}.{name}")
+                self.bound.append((name, f"{self.where.name}.{name}"))
 
     def add_ast(self, statements: Iterable[ast.AST]) -> None:
         for node in statements:
@@ -167,7 +181,7 @@ class ImportTable:
         """`module` imported with `level` leading dots, as an absolute name (PEP 328)."""
         if not level:
             return module or None
-        parts = self.package.split(".") if self.package else []
+        parts = self.where.package.split(".") if self.where.package else []
         if len(parts) < level:
             return None
         return ".".join(parts[: len(parts) - level + 1] + ([module] if module else []))

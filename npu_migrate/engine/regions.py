@@ -26,6 +26,7 @@ from itertools import accumulate
 
 from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
+from npu_migrate.model import ModulePath
 from npu_migrate.rules.regex import compile_rule_regex
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
@@ -228,14 +229,20 @@ def _compiled(regex: str) -> re.Pattern[str]:
 _IMPORT = re.compile(r"\bimport\b")
 
 
+TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+
+
 def import_bindings(
-    text: str, lines: list[str], starts: list[int], package: str = ""
+    text: str, lines: list[str], starts: list[int], where: ModulePath | None = None
 ) -> list[tuple[str, str]] | None:
     """Every (local, qualified) binding the file's imports may make, without parsing the file:
     each line with the word `import` (and the lines its statement continues on) parsed alone.
     More than the file binds is harmless (a docstring's example: an anchor too many); None when
-    a line cannot be read this way, so the caller parses the file."""
-    table = ImportTable(package)
+    a line cannot be read this way, so the caller parses the file. A module's own top-level
+    definitions are bindings too (ImportTable.define)."""
+    table = ImportTable(where or ModulePath())
+    if table.where.name:
+        table.define(TOP_LEVEL_DEFINITION.findall(text))
     done: set[int] = set()
     for match in _IMPORT.finditer(text):
         line = bisect.bisect_right(starts, match.start()) - 1

@@ -24,6 +24,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
 from npu_migrate.engine.regions import (
+    TOP_LEVEL_DEFINITION,
     Placed,
     file_line,
     import_bindings,
@@ -33,34 +34,45 @@ from npu_migrate.engine.regions import (
     split_lines,
 )
 from npu_migrate.engine.transformer import Transformer
-from npu_migrate.model import Applicability, FileResult, Finding
-from npu_migrate.prefilter import word_counts
+from npu_migrate.model import Applicability, FileResult, Finding, ModulePath
+from npu_migrate.prefilter import accessed, word_counts
 
 
 def migrate_source(
-    source: bytes, index: RuleIndex, enabled: frozenset[Applicability] = frozenset(), package: str = ""
+    source: bytes,
+    index: RuleIndex,
+    enabled: frozenset[Applicability] = frozenset(),
+    where: ModulePath | None = None,
 ) -> FileResult:
-    """Find (and, for the enabled applicabilities, fix) everything the rules match. `package`:
-    the package the file belongs to, for its relative imports."""
+    """Find (and, for the enabled applicabilities, fix) everything the rules match. `where`: the
+    module the file is, for its relative imports and its own definitions."""
+    where = where or ModulePath()
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
-    if not index.prefilter.may_match(text, counts.keys() | _spelled_by_relative_imports(text, package)):
+    if not index.prefilter.may_match(text, counts.keys() | _spelled_by_the_module(text, where)):
         return FileResult()
-    found = scan_regions(source, index, enabled, counts, package)
+    found = scan_regions(source, index, enabled, counts, where)
     if found is not None and not any(f.applied for f in found.findings):
         return found
     # A fix applies (the regions road parsed the file with the stdlib: not too deep), or the
     # regions road gave up (it may not have parsed it).
-    return migrate_whole(source, index, enabled, checked=found is not None, words=counts, package=package)
+    return migrate_whole(source, index, enabled, checked=found is not None, words=counts, where=where)
 
 
 _RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
 
 
-def _spelled_by_relative_imports(text: str, package: str) -> set[str]:
-    """The words a file's relative imports stand for (`from ..utils` spells the package's own
-    name without writing it)."""
-    return set(package.split(".")) if package and _RELATIVE_IMPORT.search(text) else set()
+def _spelled_by_the_module(text: str, where: ModulePath) -> set[str]:
+    """The words a file spells without writing them: its relative imports stand for its
+    package's name (`from ..utils`), its top-level definitions for `<module>.<name>`."""
+    words: set[str] = set()
+    if where.package and _RELATIVE_IMPORT.search(text):
+        words.update(where.package.split("."))
+    defined = TOP_LEVEL_DEFINITION.findall(text) if where.name else []
+    if defined:
+        words.update(where.name.split("."))
+        words.update(accessed(name) for name in defined)
+    return words
 
 
 def scan_regions(
@@ -68,7 +80,7 @@ def scan_regions(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     counts: Counter[str],
-    package: str = "",
+    where: ModulePath | None = None,
 ) -> FileResult | None:
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
@@ -85,7 +97,7 @@ def scan_regions(
         return FileResult()
     lines = split_lines(text)
     starts = line_starts(lines)
-    cheap = import_bindings(text, lines, starts, package)  # enough to tell most files with no anchor apart
+    cheap = import_bindings(text, lines, starts, where)  # enough to tell most files with no anchor apart
     anchored = survey.lines(cheap, starts) if cheap is not None else None
     if anchored == ([], []):
         return FileResult()
@@ -93,7 +105,7 @@ def scan_regions(
         tree = stdlib_parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    table = ImportTable.of_ast(tree, package)
+    table = ImportTable.of_ast(tree, where)
     statement_lines, function_lines = anchored or survey.lines(table.bound, starts)
     if not statement_lines and not function_lines:
         return FileResult()
@@ -103,8 +115,8 @@ def scan_regions(
     except cst.ParserSyntaxError:
         return None
     ctx = _match(module, table, index.names.plan(table), index, enabled, counts)
-    where = positions(module, [m.node for m in ctx.matches])
-    findings = [_placed(m.at(where), placed) for m in ctx.matches]
+    spans = positions(module, [m.node for m in ctx.matches])
+    findings = [_placed(m.at(spans), placed) for m in ctx.matches]
     return FileResult(
         findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
     )
@@ -116,7 +128,7 @@ def migrate_whole(
     enabled: frozenset[Applicability],
     checked: bool = False,
     words: Collection[str] | None = None,
-    package: str = "",
+    where: ModulePath | None = None,
 ) -> FileResult:
     """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
     this file already (so it is not nested too deeply for libcst); `words`: its words, where
@@ -133,7 +145,7 @@ def migrate_whole(
         return FileResult(error=f"line {line}: cannot decode as {exc.encoding}: {exc.reason}")
     except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
-    table = ImportTable.of(module, package)
+    table = ImportTable.of(module, where)
     words = word_counts(source.decode("latin-1")) if words is None else words
     ctx = _match(module, table, index.names.plan(table), index, enabled, words)
     rewritten = ctx.rewritten
@@ -141,13 +153,13 @@ def migrate_whole(
     if not ctx.matches:
         return result
     matches: list[Match] = ctx.matches
-    where = positions(module, [m.node for m in matches] + list(table.imports))
+    spans = positions(module, [m.node for m in matches] + list(table.imports))
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports, table)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
         rewritten, result.added_helpers = add_helpers(rewritten, ctx.needed_helpers)
         result.removed_imports = [
-            (where[s].start.line, name)
+            (spans[s].start.line, name)
             for s in table.imports
             for name in _bound_names(s, table)
             if name in dropped
@@ -164,7 +176,7 @@ def migrate_whole(
                 error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken})"
             )
         result.new_source = new_source if new_source != source else None
-    result.findings = sorted((m.at(where) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
+    result.findings = sorted((m.at(spans) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
     return result
 
 
