@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +15,12 @@ from npu_migrate.cli.apply import enabled_fixes
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.pipeline import RuleSource
 from npu_migrate.write import write_outcomes
+
+
+class Rule(str, Enum):
+    auto = "auto"
+    tight = "tight"
+    msprobe = "msprobe"
 
 
 def verify(
@@ -33,8 +40,19 @@ def verify(
     max_memory_ratio: Annotated[
         float | None, typer.Option(help="Fail when migrated/original peak memory exceeds this.")
     ] = None,
+    rule: Annotated[
+        Rule,
+        typer.Option(
+            help="The verdict rule: tight (share of elements within the dtype's tolerance, --rtol, "
+            "--within-share), msprobe (cosine and max-abs thresholds), or auto: tight where both "
+            "sides compute on the same hardware (the emulation over the CPU against the CPU)."
+        ),
+    ] = Rule.auto,
+    within_share: Annotated[
+        float, typer.Option(min=0, max=1, help="Tight rule: the share of elements that must agree.")
+    ] = 0.999,
     cosine_warn: Annotated[
-        float, typer.Option(help="A row fails below this cosine if max abs > --abs-warn.")
+        float, typer.Option(help="msprobe rule: a row fails below this cosine if max abs > --abs-warn.")
     ] = 0.99,
     abs_warn: Annotated[float, typer.Option(help="See --cosine-warn.")] = 0.001,
     cosine_fail: Annotated[
@@ -45,8 +63,8 @@ def verify(
     rtol: Annotated[
         list[str] | None,
         typer.Option(
-            help="DTYPE=VALUE, a dtype's relative tolerance (repeatable) "
-            "(defaults: float16=2^-10, bfloat16=2^-8, float32=2^-20)."
+            help="DTYPE=VALUE, a dtype's tolerance where both sides compute on the same backing "
+            "(repeatable; defaults: float32=1e-4, float16=2^-8, bfloat16=2^-6)."
         ),
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row as JSON here.")] = None,
@@ -97,6 +115,8 @@ def verify(
                 loss_rtol=loss_rtol,
                 max_memory_ratio=max_memory_ratio,
                 dtype_rtol=_dtype_tolerances(rtol or []),
+                within_share=within_share,
+                rule=rule.value,
             ),
         )
         with common.err.status("verifying") as status:

@@ -82,18 +82,20 @@ class LiveTensorBytes(TorchDispatchMode):
         super().__init__()
         self.live = 0
         self.peak = 0
-        self._counted: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+        # Tensors counted, by identity: a WeakSet would test membership with Tensor.__eq__, which
+        # compares elements (and raises "Boolean value of Tensor ... is ambiguous").
+        self._counted: dict[int, int] = {}  # id -> bytes, until the tensor is freed
 
-    def _release(self, size: int) -> None:
-        self.live -= size
+    def _release(self, key: int) -> None:
+        self.live -= self._counted.pop(key, 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         for _, tensor in flatten(result):
-            if tensor._base is None and tensor not in self._counted:  # in-place results are counted
-                self._counted.add(tensor)
+            if tensor._base is None and id(tensor) not in self._counted:  # in-place results are counted
                 size = tensor.untyped_storage().nbytes()
+                self._counted[id(tensor)] = size
                 self.live += size
                 self.peak = max(self.peak, self.live)
-                weakref.finalize(tensor, self._release, size)
+                weakref.finalize(tensor, self._release, id(tensor))
         return result

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from npu_migrate.verify.compare import Comparison, Thresholds, compare_runs
+from npu_migrate.verify.side import EXIT_TOOL_ERROR
 
 
 class SideFailed(Exception):
     """One side could not run; the message is what the user needs (their frames only)."""
 
-    def __init__(self, side: str, message: str) -> None:
-        super().__init__(f"the {side} side failed:\n{message}")
+    def __init__(self, side: str, message: str, tool: bool = False) -> None:
+        header = f"npu-migrate failed on the {side} side" if tool else f"the {side} side failed"
+        super().__init__(f"{header}:\n{message}")
         self.side = side
 
 
@@ -97,7 +99,9 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         if side.returncode < 0 or "MemoryError" in message:
             cap = f" (--max-side-memory {options.memory / 2**30:g} GiB)" if options.memory else ""
             message = message or f"killed by signal {-side.returncode}{cap}"
-        raise SideFailed(role, message.rstrip() or f"exit code {side.returncode}")
+        raise SideFailed(
+            role, message.rstrip() or f"exit code {side.returncode}", tool=side.returncode == EXIT_TOOL_ERROR
+        )
     return torch.load(out, weights_only=False)
 
 

@@ -38,9 +38,15 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     rows = comparison.rows + comparison.output_rows
     failed = [r for r in rows if not r.passed]
     verdict = "[green]PASS[/]" if comparison.passed else "[red]FAIL[/]"
-    console.print(f"{verdict}: {len(rows) - len(failed)} of {len(rows)} compared tensors within thresholds")
+    if failed:
+        console.print(f"{verdict}: {len(failed)} of {len(rows)} compared tensors differ")
+    else:
+        console.print(f"{verdict}: all {len(rows)} compared tensors agree")
+    console.print(f"  rule: {comparison.rule}")
     for problem in comparison.problems:
         console.print(f"  - {problem}")
+    for warning in comparison.warnings:
+        console.print(f"  [yellow]warning[/]: {warning}")
     table = Table(title="worst module outputs", title_justify="left")
     table.add_column("module output", overflow="fold")
     for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):
@@ -48,7 +54,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     for row in sorted(rows, key=lambda r: (r.passed, r.cosine, -r.max_rel))[:worst]:
         verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {row.note}"
         numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
-        table.add_row(row.key, row.dtype, *numbers, verdict)
+        dtype = f"{row.dtype}→{row.dtype_migrated}" if row.dtype_migrated else row.dtype
+        table.add_row(row.key, dtype, *numbers, verdict)
     console.print(table)
     for side, names in (("original", comparison.only_original), ("migrated", comparison.only_migrated)):
         if names:

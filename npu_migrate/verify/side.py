@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
+EXIT_TOOL_ERROR = 4  # npu-migrate's own code failed (a bug of ours); the traceback is on stderr
+PACKAGE = Path(__file__).resolve().parent.parent
+EMULATION = PACKAGE / "emulation"
 
 
 class EntryError(Exception):
@@ -75,6 +78,35 @@ def user_traceback(exc: BaseException, tree: Path) -> str:
     return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
+def failure(exc: BaseException, tree: Path) -> tuple[int, str]:
+    """Exit code and message for an exception: whose code raised it decides. The innermost
+    frame in npu-migrate or in the user's tree (torch's and Python's own are passed over) is in
+    the tool (a bug of ours: the whole traceback), in the NPU emulation (said so, with the
+    user's frames), or in the user's code (their frames)."""
+    root = tree.resolve()
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve().is_relative_to(root):
+        return EXIT_USER_ERROR, user_traceback(exc, tree)  # their file does not parse: no frame of theirs
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename)
+        if not path.is_absolute():
+            continue
+        path = path.resolve()
+        if path.is_relative_to(root):
+            break
+        if path.is_relative_to(EMULATION):
+            return EXIT_USER_ERROR, (
+                f"the NPU emulation stopped this call ({path.name}:{frame.lineno}): what it says a real "
+                f"NPU would reject, or an operation it does not emulate\n{user_traceback(exc, tree)}"
+            )
+        if path.is_relative_to(PACKAGE):
+            whole = "".join(traceback.format_exception(exc)).rstrip()
+            return (
+                EXIT_TOOL_ERROR,
+                f"npu-migrate itself failed here, not your code (please report it):\n{whole}",
+            )
+    return EXIT_USER_ERROR, user_traceback(exc, tree)
+
+
 def _tensors_like(value: Any, originals: Any) -> Any:
     """`value` with its tensors replaced, in order, by the original side's (on value's device)."""
     from npu_migrate.verify.capture import flatten, map_tensors
@@ -107,6 +139,15 @@ def _memory(device: Any) -> Any:
     if backend is not None and hasattr(backend, "max_memory_allocated") and not _emulated():
         return _DeviceMemory(backend)
     return LiveTensorBytes()
+
+
+def _backing(device: Any) -> str:
+    """The hardware that computes: the device's type, or for the emulation what it runs on."""
+    if _emulated():
+        from npu_migrate.emulation import state
+
+        return state.backing().type
+    return str(device.type)
 
 
 def _emulated() -> bool:
@@ -151,7 +192,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     parts = unpack(load_entry(tree, request["entry"])())
     model, inputs = parts["model"], parts["inputs"]
     device = torch.device(request["device"])
-    report: dict[str, Any] = {"device": str(device), "emulated": _emulated(), "state_mismatch": []}
+    report: dict[str, Any] = {
+        "device": str(device),
+        "emulated": _emulated(),
+        "backing": _backing(device),
+        "state_mismatch": [],
+    }
     if request["role"] == "original":
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request["state"])
@@ -249,9 +295,10 @@ def main() -> int:
     except EntryError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USER_ERROR
-    except Exception as exc:  # the user's code failed: show them their frames
-        print(user_traceback(exc, tree), file=sys.stderr)
-        return EXIT_USER_ERROR
+    except Exception as exc:  # whose code failed decides what the user is shown
+        code, message = failure(exc, tree)
+        print(message, file=sys.stderr)
+        return code
     import torch
 
     torch.save(report, request["out"])

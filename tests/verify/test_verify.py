@@ -145,9 +145,11 @@ def test_the_html_report_is_self_contained(tmp_path: Path) -> None:
 
 
 def test_thresholds_are_configurable(tmp_path: Path) -> None:
-    loose = ["--cosine-warn", "0", "--cosine-fail", "0", "--abs-fail", "100"]
+    loose = ["--rule", "msprobe", "--cosine-warn", "0", "--cosine-fail", "0", "--abs-fail", "100"]
     code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), *loose)
-    assert code == 0 and data["passed"]
+    assert code == 0 and data["passed"] and data["rule"].startswith("msprobe")
+    code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), "--within-share", "0")
+    assert code == 0 and data["passed"] and data["rule"].startswith("tight (cpu vs cpu)")
     strict = verify(tmp_path, *pair("gpt", "migrated"), "--max-memory-ratio", "0.5")
     assert strict[0] == 1 and any("peak memory ratio" in p for p in strict[1]["problems"])
 
