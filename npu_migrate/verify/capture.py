@@ -46,23 +46,37 @@ def nbytes(tensor: torch.Tensor) -> int:
 
 
 class ModuleRecorder:
-    """Forward hooks on every named module: outputs in call order, keyed by module name (a
-    module called twice gets `#2`), and the bytes each module's outputs occupy."""
+    """Hooks on every named module: its outputs in call order, keyed by module name (a module
+    called twice gets `#2`), the tensors it was called with (to tell a module whose own code
+    changes the result from one that was handed a different input), and the bytes each module's
+    outputs occupy."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.rows: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor on the CPU)
+        self.inputs: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor): what calls got
         self.activation_bytes: dict[str, int] = {}
         self._calls: dict[str, int] = {}
-        self._handles = [
-            module.register_forward_hook(self._hook(name or "(model)"))
-            for name, module in model.named_modules()
-        ]
+        self._handles = []
+        for name, module in model.named_modules():
+            name = name or "(model)"
+            self._handles.append(module.register_forward_pre_hook(self._enter(name), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._hook(name)))
+
+    def _key(self, name: str) -> str:
+        call = self._calls.get(name, 0)
+        return name if call == 1 else f"{name}#{call}"
+
+    def _enter(self, name: str):
+        def record(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            self._calls[name] = self._calls.get(name, 0) + 1
+            for path, tensor in flatten((args, kwargs)):
+                self.inputs.append((self._key(name) + path, name, tensor.detach().to("cpu", copy=True)))
+
+        return record
 
     def _hook(self, name: str):
         def record(module: torch.nn.Module, args: Any, output: Any) -> None:
-            self._calls[name] = self._calls.get(name, 0) + 1
-            call = self._calls[name]
-            key = name if call == 1 else f"{name}#{call}"
+            key = self._key(name)
             for path, tensor in flatten(output):
                 self.rows.append((key + path, name, tensor.detach().to("cpu", copy=True)))
                 self.activation_bytes[name] = self.activation_bytes.get(name, 0) + nbytes(tensor)

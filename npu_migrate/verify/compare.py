@@ -154,7 +154,7 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         compare_tensors(f"output{path}", "(output)", a, b, limits, same)
         for (path, a), (_, b) in zip(original["output"], migrated["output"], strict=False)
     ]
-    first = next((r.module for r in rows if not r.passed), None)
+    first, between = _blame(rows, original.get("inputs", []), migrated.get("inputs", []), limits, same)
     onnx = original.get("onnx")
     comparison = Comparison(
         rows=rows,
@@ -187,7 +187,7 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
     comparison.memory = _memory(original, migrated)
     problems = list(migrated.get("state_mismatch", []))
     if first is not None:
-        problems.append(f"module outputs diverge first at {first}")
+        problems.append(f"module outputs diverge first at {first}" + (f" ({between})" if between else ""))
     if any(not r.passed for r in output_rows):
         problems.append("the model outputs differ")
     if any(not r.passed for r in comparison.onnx_rows):
@@ -201,6 +201,39 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
     comparison.problems = problems
     comparison.passed = not problems
     return comparison
+
+
+def _blame(
+    rows: list[Row], inputs_a: list, inputs_b: list, limits: Thresholds, same: bool
+) -> tuple[str | None, str]:
+    """The module whose own code makes the first difference, and where in it when that is
+    between its children. Hooks report a module when it returns, children first, so the first
+    differing output may belong to a module that was merely handed a different input: then the
+    difference arose in the code of an enclosing module, between its children, and the blame
+    goes up to the innermost enclosing module whose inputs agree."""
+    failing = next((r for r in rows if not r.passed), None)
+    if failing is None:
+        return None, ""
+    theirs = {key: tensor for key, _, tensor in inputs_b}
+    agree: dict[str, bool] = {}
+    for key, module, tensor in inputs_a:
+        if key in theirs:
+            ok = compare_tensors(key, module, tensor, theirs[key], limits, same).passed
+            agree[module] = agree.get(module, True) and ok
+    module = failing.module
+    if agree.get(module, True):
+        return module, ""
+    child = module
+    while "." in module:
+        module = module.rsplit(".", 1)[0]
+        if agree.get(module, True):
+            return module, f"in its own code: {child} is handed a different input"
+    top = "(model)"
+    return (
+        (top, f"in its own code: {child} is handed a different input")
+        if agree.get(top, True)
+        else (child, "")
+    )
 
 
 def _compare_steps(

@@ -227,6 +227,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             output = call(model, inputs)
         recorder.close()
     report["rows"] = recorder.rows
+    report["inputs"] = recorder.inputs
     report["output"] = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
     if not report["output"]:
         raise EntryError(f"the model's output holds no tensor (it returned a {type(output).__name__})")

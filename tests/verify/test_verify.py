@@ -239,3 +239,82 @@ def test_a_side_over_its_memory_cap_fails_plainly(tmp_path: Path) -> None:
     assert code == 2
     assert "the original side failed" in output
     assert "memory" in output.lower()
+
+
+def planted(tmp_path: Path, model: str, edits: dict[str, tuple[str, str]]) -> Path:
+    """The correct migration of a fixture with a bug planted: {file: (old, new)}."""
+    tree = tmp_path / f"{model}-planted"
+    shutil.copytree(CASES / model / "migrated", tree)
+    for name, (old, new) in edits.items():
+        text = (tree / name).read_text()
+        assert old in text, f"{old!r} is not in {name}"
+        (tree / name).write_text(text.replace(old, new))
+    return tree
+
+
+@pytest.mark.parametrize(
+    ("model", "edits", "module", "detail"),
+    [
+        pytest.param(  # passes msprobe's cosine rule (0.9999+) but not the tight one
+            "gpt",
+            {
+                "model.py": (
+                    "return self.proj(self.act(self.fc(x)))",
+                    "return self.proj(self.act(self.fc(x)) * 1.02)",
+                )
+            },
+            "blocks.0.mlp",
+            "in its own code: blocks.0.mlp.proj is handed a different input",
+            id="gelu-output-scaled-1.02",
+        ),
+        pytest.param(
+            "llama",
+            {"model.py": ("epsilon=self.eps)", "epsilon=self.eps * 10000)")},
+            "layers.0.input_layernorm",
+            "",
+            id="rms-norm-eps",
+        ),
+        pytest.param(
+            "gpt",
+            {
+                "model.py": (
+                    "        return self.proj(self.act(self.fc(x)))",
+                    "        with torch.autocast('npu', dtype=torch.bfloat16):\n"
+                    "            return self.proj(self.act(self.fc(x)))",
+                )
+            },
+            "blocks.0.mlp.fc",
+            "",
+            id="one-sided-autocast",
+        ),
+    ],
+)
+def test_planted_bugs_fail_at_the_module_whose_code_made_them(
+    model: str, edits: dict, module: str, detail: str, tmp_path: Path
+) -> None:
+    tree = planted(tmp_path, model, edits)
+    code, data, output = verify(tmp_path, "--original", CASES / model / "original", "--migrated", tree)
+    assert code == 1, output
+    assert data["first_divergence"] == module, output
+    assert f"module outputs diverge first at {module}" + (f" ({detail})" if detail else "") in output
+    assert data["rule"].startswith("tight (cpu vs cpu)")
+
+
+def test_a_bug_in_one_output_of_a_dict_fails_and_constant_outputs_are_flagged(tmp_path: Path) -> None:
+    model = (
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 3)\n        self.head = torch.nn.Linear(3, 2)\n"
+        "        torch.nn.init.zeros_(self.head.weight)\n        torch.nn.init.zeros_(self.head.bias)\n\n"
+        "    def forward(self, x):\n        y = self.lin(x)\n"
+        "        return {'features': y, 'scores': self.head(y), 'scaled': y * SCALE}\n"
+    )
+    original = write_tree(tmp_path / "original", "SCALE = 1.0\n\n" + model)
+    good = write_tree(tmp_path / "good", "SCALE = 1.0\n\n" + model)
+    bad = write_tree(tmp_path / "bad", "SCALE = 1.01\n\n" + model)
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", good)
+    assert code == 0, output
+    assert "warning: 3 compared tensor(s) are constant in the original" in " ".join(output.split())
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", bad)
+    assert code == 1 and data["first_divergence"] == "(model)"
+    failed = [r["key"] for r in data["output_rows"] if not r["passed"]]
+    assert failed == ["output.scaled"]
