@@ -192,9 +192,12 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         problems.append("the model outputs differ")
     if any(not r.passed for r in comparison.onnx_rows):
         problems.append("the ONNX export computes different outputs")
-    bad_steps = [s["step"] for s in comparison.steps if not s["passed"]]
-    if bad_steps:
-        problems.append(f"training diverges at step {bad_steps[0]}")
+    bad = next((s for s in comparison.steps if not s["passed"]), None)
+    if bad is not None:
+        first = (bad["failed_grads"] and f"gradient of {bad['failed_grads'][0]}") or (
+            bad["failed_state"] and bad["failed_state"][0]
+        )
+        problems.append(f"training diverges at step {bad['step']}" + (f", first at {first}" if first else ""))
     ratio = comparison.memory.get("peak_ratio")
     if limits.max_memory_ratio is not None and ratio is not None and ratio > limits.max_memory_ratio:
         problems.append(f"peak memory ratio {ratio:.2f} exceeds {limits.max_memory_ratio}")
@@ -248,6 +251,13 @@ def _compare_steps(
         ]
         loss_ok = math.isclose(a["loss"], b["loss"], rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
         worst = min(grad_rows, key=lambda r: r.cosine, default=None)
+        theirs = b.get("state", {})
+        state_rows = [
+            compare_tensors(name, name, tensor, theirs[name], limits, same)
+            for name, tensor in a.get("state", {}).items()
+            if name in theirs
+        ]
+        diverged = [r.key for r in state_rows if not r.passed]
         steps.append(
             {
                 "step": number,
@@ -257,9 +267,11 @@ def _compare_steps(
                 "grad_norm_migrated": b["grad_norm"],
                 "worst_grad": asdict(worst) if worst else None,
                 "failed_grads": [r.key for r in grad_rows if not r.passed],
+                "failed_state": diverged,  # parameters, buffers, optimizer state: the first named first
+                "state_compared": len(state_rows),
                 "ms_original": a["ms"],
                 "ms_migrated": b["ms"],
-                "passed": loss_ok and all(r.passed for r in grad_rows),
+                "passed": loss_ok and all(r.passed for r in grad_rows) and not diverged,
             }
         )
     return steps

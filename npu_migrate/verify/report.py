@@ -73,9 +73,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             steps.add_column(column, justify="right")
         steps.add_column("verdict", overflow="fold")
         for step in comparison.steps:
-            verdict = (
-                "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(step['failed_grads'][:3])}"
-            )
+            failed = [f"grad {name}" for name in step["failed_grads"]] + step["failed_state"]
+            verdict = "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(failed[:3])}"
             values = [
                 step[k]
                 for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
@@ -83,6 +82,11 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             time = f"{step['ms_original']:.1f} / {step['ms_migrated']:.1f}"
             steps.add_row(str(step["step"]), *(f"{v:.6g}" for v in values), time, verdict)
         console.print(steps)
+        console.print(
+            f"  each step compares the loss, the gradients and {comparison.steps[0]['state_compared']} "
+            "parameters, buffers and optimizer states; dropout is off on both sides (modules, "
+            "F.dropout, SDPA's dropout_p, npu_fusion_attention's keep_prob)"
+        )
     if comparison.onnx is not None:
         _print_onnx(console, comparison)
     memory = comparison.memory

@@ -260,9 +260,10 @@ def _train(
     history = []
     for _ in range(steps):
         start = time.perf_counter()
-        loss = parts["loss_fn"](call(model, inputs))
-        optimizer.zero_grad()
-        loss.backward()
+        with NoDropout():
+            loss = parts["loss_fn"](call(model, inputs))
+            optimizer.zero_grad()
+            loss.backward()
         grads = {
             n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None
         }
@@ -277,6 +278,7 @@ def _train(
                 "loss": loss.item(),
                 "grad_norm": norm,
                 "grads": grads,
+                "state": _training_state(model, optimizer),
                 "ms": (time.perf_counter() - start) * 1000,
             }
         )
@@ -284,6 +286,83 @@ def _train(
         nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
     )
     return history
+
+
+def _training_state(model: Any, optimizer: Any) -> dict[str, Any]:
+    """What a step leaves behind, by name: parameters, buffers (BatchNorm's running statistics)
+    and the optimizer's state per parameter (Adam's moments, momentum buffers)."""
+    import torch
+
+    def cpu(tensor: Any) -> Any:
+        return tensor.detach().to("cpu", copy=True)
+
+    state = {f"parameter {n}": cpu(p) for n, p in model.named_parameters()}
+    state.update({f"buffer {n}": cpu(b) for n, b in model.named_buffers()})
+    names = {id(p): n for n, p in model.named_parameters()}
+    for parameter, entries in optimizer.state.items():
+        name = names.get(id(parameter))
+        if name is None or not isinstance(entries, dict):
+            continue
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                state[f"optimizer {name}.{key}"] = cpu(value)
+    return state
+
+
+def _argument_set(
+    args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str, value: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with one parameter set, wherever the caller passed it."""
+    if len(args) > position:
+        return (*args[:position], value, *args[position + 1 :]), kwargs
+    return args, {**kwargs, name: value}
+
+
+class NoDropout:
+    """Dropout off for the comparison of training steps, beyond modules (the caller sets their p
+    to 0): functional dropout, SDPA's dropout_p and npu_fusion_attention's keep_prob draw
+    random masks that differ between the sides."""
+
+    def __enter__(self) -> NoDropout:
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        functional = torch.nn.functional
+        dropouts = {
+            functional.dropout, functional.dropout1d, functional.dropout2d, functional.dropout3d,
+            functional.alpha_dropout, functional.feature_alpha_dropout, torch.dropout,
+        }  # fmt: skip
+        attention = functional.scaled_dot_product_attention
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = dict(kwargs or {})
+                if func in dropouts:
+                    return args[0] if args else kwargs["input"]
+                if func is attention:  # (query, key, value, attn_mask, dropout_p, ...)
+                    args, kwargs = _argument_set(args, kwargs, 4, "dropout_p", 0.0)
+                return func(*args, **kwargs)
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        self._fusion: tuple[Any, Any] | None = None
+        torch_npu: Any = sys.modules.get("torch_npu")
+        if torch_npu is not None and hasattr(torch_npu, "npu_fusion_attention"):
+            fused = torch_npu.npu_fusion_attention
+            self._fusion = (torch_npu, fused)
+
+            def without_dropout(*args: Any, **kwargs: Any) -> Any:  # keep_prob is its 10th parameter
+                args, kwargs = _argument_set(args, kwargs, 9, "keep_prob", 1.0)
+                return fused(*args, **kwargs)
+
+            torch_npu.npu_fusion_attention = without_dropout
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
+        if self._fusion is not None:
+            module, fused = self._fusion
+            module.npu_fusion_attention = fused
 
 
 def main() -> int:

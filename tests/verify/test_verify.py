@@ -65,9 +65,9 @@ def test_training_mode_catches_a_wrong_optimizer_setting(tmp_path: Path) -> None
     code, data, output = verify(tmp_path, *pair("gpt", "migrated_wrong_lr"), "--steps", "3")
     assert code == 1
     assert all(r["passed"] for r in data["rows"]), "the forward pass is the same"
-    first, second = data["steps"][0], data["steps"][1]
-    assert first["passed"] and not second["passed"]
-    assert "training diverges at step 2" in output
+    first = data["steps"][0]  # the loss and gradients of step 1 agree; the parameters it leaves do not
+    assert not first["failed_grads"] and first["failed_state"][0].startswith("parameter ")
+    assert "training diverges at step 1, first at parameter " in output
     same = verify(tmp_path, *pair("gpt", "migrated"), "--steps", "3")
     assert same[0] == 0 and all(s["passed"] for s in same[1]["steps"])
     assert same[1]["memory"]["optimizer_original"] > 0
@@ -318,3 +318,64 @@ def test_a_bug_in_one_output_of_a_dict_fails_and_constant_outputs_are_flagged(tm
     assert code == 1 and data["first_divergence"] == "(model)"
     failed = [r["key"] for r in data["output_rows"] if not r["passed"]]
     assert failed == ["output.scaled"]
+
+
+@pytest.mark.parametrize(
+    ("model", "edits", "first"),
+    [
+        pytest.param(  # step 1's update is lr * sign(g) whatever the betas: only the state tells
+            "gpt", {"entry.py": ("betas=(0.9, 0.999)", "betas=(0.9, 0.95)")}, "optimizer ", id="adamw-betas"
+        ),
+        pytest.param(
+            "cnn",
+            {"model.py": ("self.bn1 = nn.BatchNorm2d(8)", "self.bn1 = nn.BatchNorm2d(8, momentum=0.2)")},
+            "buffer bn1.running_mean",
+            id="batch-norm-momentum",
+        ),
+    ],
+)
+def test_training_compares_the_state_a_step_leaves(
+    model: str, edits: dict, first: str, tmp_path: Path
+) -> None:
+    tree = planted(tmp_path, model, edits)
+    code, data, output = verify(
+        tmp_path, "--original", CASES / model / "original", "--migrated", tree, "--steps", "2"
+    )
+    assert code == 1, output
+    step = data["steps"][0]
+    assert not step["passed"] and not step["failed_grads"], "loss and gradients of step 1 agree"
+    assert step["failed_state"][0].startswith(first)
+    assert f"training diverges at step 1, first at {first}" in output
+
+
+def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) -> None:
+    """Module, functional and attention dropout draw different masks on the two sides (SDPA's
+    dropout_p against npu_fusion_attention's keep_prob); a correct migration of code that uses
+    them must not 'diverge at step 1'."""
+    model = (
+        "import torch.nn.functional as F\n\n"
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 8)\n        self.drop = torch.nn.Dropout(0.3)\n\n"
+        "    def forward(self, x):\n"
+        "        h = F.dropout(self.drop(self.lin(x)), p=0.5, training=self.training)\n"
+        "        q = h.view(2, 2, 1, 4)\n"
+        "        return ATTENTION\n"
+    )
+    sdpa = "F.scaled_dot_product_attention(q, q, q, dropout_p=0.2 if self.training else 0.0)"
+    fused = (
+        'torch_npu.npu_fusion_attention(q, q, q, 2, "BNSD", scale=0.5, '
+        "keep_prob=0.8 if self.training else 1.0)[0]"
+    )
+    trees = []
+    for name, header, attention in (("original", "", sdpa), ("migrated", "import torch_npu\n", fused)):
+        tree = write_tree(tmp_path / name, header + model.replace("ATTENTION", attention))
+        entry = tree / "entry.py"
+        entry.write_text(entry.read_text().replace(
+            "return Model(), (torch.randn(2, 4),)",
+            "return Model(), (torch.randn(2, 4),), lambda out: out.pow(2).mean()",
+        ))  # fmt: skip
+        trees.append(tree)
+    code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[1], "--steps", "2")
+    assert code == 0, output
+    assert all(step["passed"] for step in data["steps"])
+    assert "dropout is off on both sides" in " ".join(output.split())
