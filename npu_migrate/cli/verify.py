@@ -87,6 +87,7 @@ def verify(
         common.fail("--entry FILE:FUNC is required")
     if (tree is None) == (original is None or migrated is None):
         common.fail("give either TREE, or both --original and --migrated")
+    _check_entry(entry, [t for t in (tree, original, migrated) if t is not None])
     try:
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
@@ -120,8 +121,14 @@ def verify(
             ),
         )
         with common.err.status("verifying") as status:
+
+            def phase(text: str) -> None:  # a spinner on a terminal, a line each where piped
+                status.update(text)
+                if not common.err.is_terminal:
+                    common.err.print(f"verify: {text}")
+
             try:
-                result = orchestrate.run(options, lambda text: status.update(text))
+                result = orchestrate.run(options, phase)
             except orchestrate.SideFailed as exc:
                 status.stop()
                 common.fail(str(exc))
@@ -133,6 +140,16 @@ def verify(
 
         write_html(html_path, result)
     raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _check_entry(entry: str, trees: list[Path]) -> None:
+    """--entry is FILE:FUNC and FILE is in every tree given: said before torch starts."""
+    file, _, func = entry.partition(":")
+    if not file or not func.isidentifier():
+        common.fail(f"--entry must be FILE:FUNC (e.g. entry.py:build), got {entry!r}")
+    for tree in trees:
+        if tree.is_dir() and not (tree / file).is_file():
+            common.fail(f"no entry file {file} in {tree}")
 
 
 def _dtype_tolerances(given: list[str]) -> dict[str, float]:

@@ -121,6 +121,21 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert wrong_file[0] == 0
     bad = run_cli("verify", *pair("cnn", "migrated"), "--entry", "nope.py:build", cwd=tmp_path)
     assert bad.returncode == 2 and "no entry file nope.py" in bad.stderr
+    assert "verify: running" not in bad.stderr, "said before any side starts"
+    shape = run_cli("verify", *pair("cnn", "migrated"), "--entry", "entry.py", cwd=tmp_path)
+    assert shape.returncode == 2
+    assert shape.stderr.strip() == "error: --entry must be FILE:FUNC (e.g. entry.py:build), got 'entry.py'"
+
+
+def test_progress_is_a_line_per_phase_when_piped(tmp_path: Path) -> None:
+    result = run_cli("verify", *pair("cnn", "migrated"), "--entry", "entry.py:build", cwd=tmp_path)
+    assert result.returncode == 0
+    phases = [line for line in result.stderr.splitlines() if line.startswith("verify: ")]
+    assert phases == [
+        "verify: running the original on cpu",
+        "verify: running the migrated copy on the NPU emulation",
+        "verify: comparing",
+    ]
 
 
 def test_onnx_export_is_checked_run_and_compared(tmp_path: Path) -> None:
