@@ -105,13 +105,20 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     for module, (a, b) in largest:
         figures.add_row(f"activations {module}", _mib(a), _mib(b), _ratio(b / a if a else None))
     original_ms, migrated_ms = memory["forward_ms"]
+    emulated = bool(result.migrated.get("emulated"))
     figures.add_row(
-        "forward",
+        "forward (median of 5, warmed up)",
         f"{original_ms:.2f} ms",
         f"{migrated_ms:.2f} ms",
-        _ratio(migrated_ms / original_ms if original_ms else None),
+        "not comparable" if emulated else _ratio(migrated_ms / original_ms if original_ms else None),
     )
     console.print(figures)
+    if emulated:
+        console.print(
+            "  the migrated side ran on the NPU emulation: its times say nothing of an NPU's, and its "
+            "peak is the emulated operators' (which compute the fused attention in blocks, as the "
+            "real kernel does)"
+        )
 
 
 def _print_onnx(console: Console, comparison: Any) -> None:

@@ -170,7 +170,7 @@ class _DeviceMemory:
         self.peak = int(self.backend.max_memory_allocated())
 
 
-def _timed(fn: Any, repeat: int = 3) -> float:
+def _timed(fn: Any, repeat: int = 5) -> float:
     """Median milliseconds of fn()."""
     times = []
     for _ in range(repeat):
