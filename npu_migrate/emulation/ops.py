@@ -11,7 +11,7 @@ in float32 and returns the input dtype. Gradients flow through ordinary torch op
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -195,6 +195,7 @@ _MAX_TOKENS = 2147483647
 _MAX_HEAD_DIM = 768
 _MAX_QUERY_HEADS = 256
 _COMPRESSED_MASK_SIZE = 2048
+_QUERY_BLOCK = 64  # queries computed at once: the fused kernel never holds the whole (S, S) scores
 _ALIBI_COMPRESSED_ROWS = 1024
 _SOFTMAX_STAT_WIDTH = 8
 
@@ -338,8 +339,7 @@ def _check_atten_mask(
     _check_dtype(_FA, "atten_mask", mask, _MASK_DTYPES)
     if sparse_mode in (2, 3, 4):
         size = _COMPRESSED_MASK_SIZE
-        expected = torch.ones(size, size, dtype=torch.bool, device=mask.device).triu(1)
-        if mask.shape != (size, size) or not torch.equal(mask.bool(), expected):
+        if mask.shape != (size, size) or not _is_compressed_causal(mask):
             raise ValueError(
                 f"{_FA}: sparse_mode={sparse_mode} needs the compressed mask "
                 f"torch.triu(torch.ones({size}, {size}), 1).bool() as atten_mask; "
@@ -356,6 +356,17 @@ def _check_atten_mask(
         )
 
 
+def _is_compressed_causal(mask: Tensor) -> bool:
+    """Whether a (2048, 2048) mask is triu(ones, 1), checked a block of rows at a time (a whole
+    expected mask per call would be 4 MiB the real kernel never allocates)."""
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    for start in range(0, mask.shape[0], _QUERY_BLOCK):
+        rows = torch.arange(start, min(start + _QUERY_BLOCK, mask.shape[0]), device=mask.device)
+        if not torch.equal(mask[start : start + len(rows)].bool(), columns > rows[:, None]):
+            return False
+    return True
+
+
 def _check_tokens(pre_tockens: int, next_tockens: int, s_q: int, s_kv: int) -> None:
     """Documented band limits for sparse_mode 0 and 4."""
     if next_tockens < 0 and not (pre_tockens >= -next_tockens and -next_tockens < s_kv):
@@ -368,24 +379,30 @@ def _check_tokens(pre_tockens: int, next_tockens: int, s_q: int, s_kv: int) -> N
         )
 
 
-def _outside_band(s_q: int, s_kv: int, pre: int, nxt: int, shift: int, device: torch.device) -> Tensor:
-    """True where key j is not within [i + shift - pre, i + shift + next] of query i."""
-    offset = torch.arange(s_kv, device=device) - torch.arange(s_q, device=device)[:, None] - shift
+def _outside_band(rows: range, s_kv: int, pre: int, nxt: int, shift: int, device: torch.device) -> Tensor:
+    """True where key j is not within [i + shift - pre, i + shift + next] of query i, for the
+    queries i in `rows`."""
+    queries = torch.arange(rows.start, rows.stop, device=device)
+    offset = torch.arange(s_kv, device=device) - queries[:, None] - shift
     return (offset > nxt) | (offset < -pre)
 
 
-def _block_mask(sparse_mode: int, user_mask: Tensor, s_q: int, s_kv: int, pre: int, nxt: int) -> Tensor:
-    """Excluded (True) positions of one attention block for sparse modes 0-4."""
+def _block_mask(
+    sparse_mode: int, user_mask: Tensor, s_q: int, s_kv: int, pre: int, nxt: int, rows: range | None = None
+) -> Tensor:
+    """Excluded (True) positions of one attention block for sparse modes 0-4, for the queries in
+    `rows` (all by default; `user_mask` holds those rows only)."""
     device = user_mask.device
+    rows = rows if rows is not None else range(s_q)
     if sparse_mode == 0:  # the given mask, limited to the band (origin: top left)
-        return user_mask | _outside_band(s_q, s_kv, pre, nxt, 0, device)
+        return user_mask | _outside_band(rows, s_kv, pre, nxt, 0, device)
     if sparse_mode == 1:  # allMask: the given mask only
         return user_mask
     if sparse_mode == 2:  # leftUpCausal
-        return _outside_band(s_q, s_kv, _MAX_TOKENS, 0, 0, device)
+        return _outside_band(rows, s_kv, _MAX_TOKENS, 0, 0, device)
     if sparse_mode == 3:  # rightDownCausal
-        return _outside_band(s_q, s_kv, _MAX_TOKENS, 0, s_kv - s_q, device)
-    return _outside_band(s_q, s_kv, pre, nxt, s_kv - s_q, device)  # 4: band, origin bottom right
+        return _outside_band(rows, s_kv, _MAX_TOKENS, 0, s_kv - s_q, device)
+    return _outside_band(rows, s_kv, pre, nxt, s_kv - s_q, device)  # 4: band, origin bottom right
 
 
 def _varlen_mask(
@@ -434,33 +451,46 @@ def _attend(
     k: Tensor,
     v: Tensor,
     pse: Tensor | None,
-    mask: Tensor | None,
+    mask_for: Callable[[range], Tensor | None],
     scale: float,
     keep_prob: float,
     generator: torch.Generator | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``Dropout(Softmax(Mask(scale * (q k^T + pse)))) v`` on float32 (B, N, S, D) tensors.
+    """``Dropout(Softmax(Mask(scale * (q k^T + pse)))) v`` on float32 (B, N, S, D) tensors, a
+    block of queries at a time (`mask_for(rows)`: the excluded positions of those queries), so
+    that like the fused kernel it never holds the whole (S, S) scores; with dropout, in one
+    block, so that the seed redraws its mask.
 
     Returns the output and the softmax row max and row sum. Fully masked rows give 0, like the kernel's
     invalid-row handling, instead of NaN.
     """
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    logits = q @ k.transpose(-2, -1)
-    if pse is not None:
-        logits = logits + pse
-    logits = logits * scale
-    if mask is not None:
-        logits = logits.masked_fill(mask, float("-inf"))
-    row_max = logits.detach().amax(dim=-1, keepdim=True)
-    row_max = torch.where(row_max.isfinite(), row_max, 0.0)
-    weights = torch.exp(logits - row_max)
-    row_sum = weights.sum(dim=-1, keepdim=True)
-    probs = weights / torch.where(row_sum > 0, row_sum, 1.0)
-    if generator is not None:
-        keep = torch.rand(probs.shape, generator=generator, device=probs.device) < keep_prob
-        probs = probs * keep / keep_prob
-    return probs @ v, row_max, row_sum.detach()
+    keys = k.transpose(-2, -1)
+    s_q = q.shape[2]
+    step = s_q if generator is not None else _QUERY_BLOCK
+    outputs, maxima, sums = [], [], []
+    for start in range(0, s_q, step):
+        rows = range(start, min(start + step, s_q))
+        logits = q[:, :, rows.start : rows.stop] @ keys
+        if pse is not None:
+            logits = logits + (pse if pse.shape[-2] == 1 else pse[..., rows.start : rows.stop, :])
+        logits = logits * scale
+        mask = mask_for(rows)
+        if mask is not None:
+            logits = logits.masked_fill(mask, float("-inf"))
+        row_max = logits.detach().amax(dim=-1, keepdim=True)
+        row_max = torch.where(row_max.isfinite(), row_max, 0.0)
+        weights = torch.exp(logits - row_max)
+        row_sum = weights.sum(dim=-1, keepdim=True)
+        probs = weights / torch.where(row_sum > 0, row_sum, 1.0)
+        if generator is not None:
+            keep = torch.rand(probs.shape, generator=generator, device=probs.device) < keep_prob
+            probs = probs * keep / keep_prob
+        outputs.append(probs @ v)
+        maxima.append(row_max)
+        sums.append(row_sum.detach())
+    return torch.cat(outputs, dim=2), torch.cat(maxima, dim=2), torch.cat(sums, dim=2)
 
 
 def _softmax_stat(stat: Tensor, varlen: bool, softmax_layout: str) -> Tensor:
@@ -549,14 +579,18 @@ def npu_fusion_attention(
     if pse is not None:
         _check_pse(pse, query.dtype, batch, n_q, s_q, s_kv, varlen)
 
+    mask_for: Callable[[range], Tensor | None] = lambda rows: None  # noqa: E731
     if varlen:
-        mask = _varlen_mask(
+        packed = _varlen_mask(
             atten_mask, sparse_mode, bounds, s_q, s_kv, pre_tockens, next_tockens, query.device
         )
+        mask_for = lambda rows: packed[rows.start : rows.stop]  # noqa: E731
     elif atten_mask is not None:
-        mask = _block_mask(sparse_mode, atten_mask.bool(), s_q, s_kv, pre_tockens, next_tockens)
-    else:
-        mask = None
+        given = atten_mask
+
+        def mask_for(rows: range) -> Tensor:
+            user = given[..., rows.start : rows.stop, :].bool() if sparse_mode in (0, 1) else given
+            return _block_mask(sparse_mode, user, s_q, s_kv, pre_tockens, next_tockens, rows)
 
     seed = numels = 0
     generator = None
@@ -571,7 +605,7 @@ def npu_fusion_attention(
         k.float(),
         v.float(),
         None if pse is None else pse.float(),
-        mask,
+        mask_for,
         scale,
         keep_prob,
         generator,

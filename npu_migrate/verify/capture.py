@@ -105,8 +105,11 @@ class LiveTensorBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
+        # A result in the storage of an argument is a view or an in-place result: no new memory.
+        # (At this level a view has no _base, and a slice of a 4 MiB mask reports 4 MiB of storage.)
+        given = {t.untyped_storage().data_ptr() for _, t in flatten((args, kwargs))}
         for _, tensor in flatten(result):
-            if tensor._base is None and id(tensor) not in self._counted:  # in-place results are counted
+            if tensor.untyped_storage().data_ptr() not in given and id(tensor) not in self._counted:
                 size = tensor.untyped_storage().nbytes()
                 self._counted[id(tensor)] = size
                 self.live += size

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from npu_migrate.emulation import ops
 from npu_migrate.emulation.ops import (
     fast_gelu,
     npu_fusion_attention,
@@ -616,3 +617,53 @@ def test_fast_gelu_formula(dtype: torch.dtype) -> None:
     x = torch.linspace(-6, 6, 97)
     check_forward_backward(fast_gelu, lambda x: x / (1 + torch.exp(-1.702 * x)), [x], dtype)
     assert (fast_gelu(x) - F.gelu(x)).abs().max() > 1e-2  # not the exact GELU
+
+
+@pytest.mark.parametrize(
+    ("sparse_mode", "with_mask", "with_pse"),
+    [(0, True, False), (0, False, True), (2, True, False), (3, True, False), (4, True, False)],
+)
+def test_attention_in_query_blocks_equals_attention_at_once(
+    sparse_mode: int, with_mask: bool, with_pse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emulation computes a block of queries at a time (as the fused kernel, it never holds
+    the whole (S, S) scores); across block edges it must give what one block gives."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 300, 16, requires_grad=True) for _ in range(3))
+    kwargs: dict = {"scale": 0.25, "sparse_mode": sparse_mode}
+    if with_mask:
+        kwargs["atten_mask"] = (
+            torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+            if sparse_mode
+            else torch.rand(1, 1, 300, 300) > 0.7
+        )
+    if sparse_mode == 4:
+        kwargs.update(pre_tockens=40, next_tockens=5)
+    if with_pse:
+        kwargs["pse"] = torch.randn(1, 2, 300, 300)
+
+    def run() -> list[torch.Tensor]:
+        out = ops.npu_fusion_attention(q, k, v, 2, "BNSD", **kwargs)
+        grads = torch.autograd.grad(out[0].pow(2).sum(), (q, k, v))
+        return [out[0], out[1], out[2], *grads]
+
+    blocked = run()
+    monkeypatch.setattr(ops, "_QUERY_BLOCK", 10_000)
+    for got, want in zip(blocked, run(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_memory_grows_with_the_sequence_not_its_square() -> None:
+    """Like the fused kernel, the emulation's peak grows linearly in S: doubling S doubles it
+    (the whole (S, S) scores would quadruple it)."""
+    from npu_migrate.verify.capture import LiveTensorBytes
+
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    peaks = []
+    for length in (1024, 2048):
+        q, k, v = (torch.randn(1, 4, length, 32) for _ in range(3))
+        with torch.no_grad(), LiveTensorBytes() as memory:
+            ops.npu_fusion_attention(q, k, v, 4, "BNSD", atten_mask=mask, scale=0.2, sparse_mode=2)
+        peaks.append(memory.peak)
+    assert peaks[1] / peaks[0] < 2.5, [f"{p / 2**20:.1f} MiB" for p in peaks]
+    assert peaks[1] < 4 * 2048 * 2048 * 4 / 2  # well under one fp32 (N, S, S) scores tensor

@@ -47,3 +47,15 @@ def test_a_failure_is_blamed_on_whose_code_raised_it(tmp_path) -> None:
     code, message = failure(_raised_in(str(PACKAGE / "verify" / "capture.py")), tmp_path)
     assert code == EXIT_TOOL_ERROR and message.startswith("npu-migrate itself failed here")
     assert "capture.py" in message and "ValueError: bad" in message
+
+
+def test_views_of_existing_tensors_are_no_new_memory() -> None:
+    """At the dispatch level a view has no _base and reports its whole storage: a slice of a 4 MiB
+    mask counted as 4 MiB made a correct GPT migration look 13x hungrier than the original."""
+    mask = torch.ones(1024, 1024, dtype=torch.float32)
+    with LiveTensorBytes() as memory:
+        rows = [mask[i : i + 8] for i in range(0, 64, 8)]
+        columns = mask.t()
+        fresh = mask[:8] + 1  # 8 x 1024 floats: new memory
+    assert rows and columns.shape == (1024, 1024)
+    assert memory.peak == fresh.untyped_storage().nbytes() == 8 * 1024 * 4
