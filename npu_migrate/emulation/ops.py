@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["fast_gelu", "npu_fusion_attention", "npu_geglu", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"]
+__all__ = [
+    "fast_gelu",
+    "npu_fast_gelu",
+    "npu_fusion_attention",
+    "npu_geglu",
+    "npu_rms_norm",
+    "npu_rotary_mul",
+    "npu_swiglu",
+]
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MASK_DTYPES = (torch.bool, torch.uint8)
@@ -65,6 +73,12 @@ def fast_gelu(self: Tensor) -> Tensor:
     _check_dtype("fast_gelu", "self", self)
     x = self.float()
     return (x * torch.sigmoid(1.702 * x)).to(self.dtype)
+
+
+def npu_fast_gelu(input: Tensor) -> Tensor:
+    """Emulates ``torch_npu.npu_fast_gelu``, the same FastGelu as ``fast_gelu`` under its op-plugin
+    name (the A2/A3 formula, ``x / (1 + exp(-1.702 x))``)."""
+    return fast_gelu(input)
 
 
 def npu_swiglu(self: Tensor, dim: int = -1) -> Tensor:
