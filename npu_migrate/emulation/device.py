@@ -1,6 +1,7 @@
 """Installing the NPU emulation into torch: "npu" becomes a valid device name whose tensors live
 on the backing device, `torch.npu` answers the device API, and the tensor and module methods,
-autocast, gradient scaling, checkpoint loading and the hccl backend accept "npu"."""
+autocast, gradient scaling, checkpoint loading, pinned memory, generators, torch.compile and the
+hccl backend accept "npu"."""
 
 from __future__ import annotations
 
@@ -52,6 +53,44 @@ def _load(original: Any) -> Any:
     return load
 
 
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    """What torch asks the "npu" backend (an available, built device): torch.compile and the
+    accelerator API need it registered."""
+
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _pin_memory(original: Any) -> Any:
+    """Pinned host memory is for copies to the device; the backing's (or, on the CPU, none)."""
+
+    @functools.wraps(original)
+    def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+        if state.backing().type == "cpu":
+            return self
+        return original(self, state.real(device) if device is not None else state.backing())
+
+    return pin_memory
+
+
+class _Generator(torch.Generator):
+    """`torch.Generator(device="npu")`: a generator of the backing device."""
+
+    def __new__(cls, device: Any = "cpu") -> _Generator:
+        return super().__new__(cls, device=state.real(device) if state.is_npu(device) else device)  # type: ignore[call-arg]
+
+
 def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
     """The process group that "hccl" stands for on the CPU."""
     from torch.distributed.distributed_c10d import ProcessGroupGloo
@@ -81,6 +120,8 @@ def install(backing: str | None = None) -> torch.device:
     device = state.choose(backing)
     torch.utils.rename_privateuse1_backend("npu")
     torch._register_device_module("npu", npu_module)
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     sys.modules.setdefault("torch.npu", npu_module)
     patches: list[tuple[object, str, object]] = [  # what torch's types do not declare: set by name
         (torch.Tensor, "npu", _tensor_npu),
@@ -90,6 +131,8 @@ def install(backing: str | None = None) -> torch.device:
         (torch.amp, "autocast", amp.DeviceAutocast),
         (torch.amp, "GradScaler", amp.DeviceGradScaler),
         (torch, "load", _load(torch.load)),
+        (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
+        (torch, "Generator", _Generator),
     ]
     for owner, name, value in patches:
         setattr(owner, name, value)

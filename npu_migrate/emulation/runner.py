@@ -36,7 +36,30 @@ def run_script(script: Path, args: list[str], emulate: bool) -> int:
             return code or 0
         print(code, file=sys.stderr)
         return 1
-    except Exception:  # the script's own failure: as `python SCRIPT` reports it
+    except Exception as exc:  # the script's own failure: as `python SCRIPT` reports it
         traceback.print_exc()
+        if emulate:
+            _name_the_emulation(exc, script)
         return 1
     return 0
+
+
+def _name_the_emulation(exc: BaseException, script: Path) -> None:
+    """Where the emulation raised the error, say so: the traceback alone reads like torch_npu's.
+    The innermost frame of the emulation's or of the script's folder decides (torch's own are
+    passed over)."""
+    emulation, mine = Path(__file__).resolve().parent, script.resolve().parent
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename)
+        if not path.is_absolute() or path.resolve() == Path(__file__).resolve():
+            continue
+        if path.resolve().is_relative_to(mine):
+            return
+        if path.resolve().is_relative_to(emulation):
+            print(
+                f"npu-migrate: this error comes from the NPU emulation ({path.name}:{frame.lineno}), "
+                "which checks calls as the real torch_npu does: it may be what a real NPU would "
+                "reject too, or an operation the emulation does not cover",
+                file=sys.stderr,
+            )
+            return

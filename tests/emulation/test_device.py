@@ -116,3 +116,46 @@ def test_the_hccl_backend_runs_on_gloo(tmp_path: Path) -> None:
     result = run_cli("run", "--emulate", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "hccl True [2.0, 2.0, 2.0]"
+
+
+TRAINING_LOOP = r"""
+import torch
+import torch_npu
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True, pin_memory=True,
+                    generator=torch.Generator(device="cpu").manual_seed(0))
+model = torch.nn.Linear(4, 1).npu()
+step = torch.compile(lambda x: model(x).pow(2).mean())
+noise = torch.randn(2, generator=torch.Generator(device="npu").manual_seed(1), device="npu")
+assert isinstance(torch.Generator(device="npu"), torch.Generator) and noise.is_npu
+for x, y in loader:
+    x = x.pin_memory().npu(non_blocking=True)
+    loss = step(x)
+    loss.backward()
+print("training loop ok", round(float(loss), 3) >= 0)
+"""
+
+
+def test_ordinary_training_loops_run_on_the_emulation(tmp_path: Path) -> None:
+    """Pinned memory, DataLoader pinning, NPU generators and torch.compile raised "Please register
+    PrivateUse1HooksInterface" or "not linked with support for npu devices"."""
+    script = write(tmp_path, "loop.py", TRAINING_LOOP)
+    result = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "training loop ok True" in result.stdout
+
+
+def test_an_error_the_emulation_raises_says_so(tmp_path: Path) -> None:
+    bad = (
+        "import torch, torch_npu\nq = torch.randn(1, 2, 4, 8)\n"
+        "torch_npu.npu_fusion_attention(q, q, q, 3, 'BNSD')\n"
+    )
+    result = run_cli("run", "--emulate", write(tmp_path, "bad.py", bad), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "head_num=3 does not match" in result.stderr
+    assert "npu-migrate: this error comes from the NPU emulation (ops.py:" in result.stderr
+    ours = "import torch, torch_npu\nraise ValueError('mine')\n"
+    result = run_cli("run", "--emulate", write(tmp_path, "ours.py", ours), cwd=tmp_path)
+    assert result.returncode == 1 and "mine" in result.stderr and "NPU emulation (" not in result.stderr
