@@ -47,12 +47,13 @@ class RuleSource:
 
     extra: Sequence[Path] = ()
     builtin: bool = True
+    without: frozenset[str] = frozenset()  # codes of rules left out (verify's bisection)
 
     @cached_property
     def rules(self) -> list[Rule]:
         from npu_migrate.rules.load import load_rules
 
-        return load_rules(self.extra, self.builtin)
+        return [rule for rule in load_rules(self.extra, self.builtin) if rule.code not in self.without]
 
     def fingerprint(self) -> str:
         """What the results depend on besides a file's bytes: this tool's own code and the rules."""
@@ -63,6 +64,7 @@ class RuleSource:
             digest.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
         for path in sorted(PACKAGE.rglob("*.py")):
             digest.update(path.read_bytes())
+        digest.update(",".join(sorted(self.without)).encode())
         return digest.hexdigest()
 
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from npu_migrate.cli import common
 from npu_migrate.cli.apply import enabled_fixes
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.model import Applicability, FileOutcome, SourceFile
 from npu_migrate.pipeline import RuleSource
 from npu_migrate.write import write_outcomes
 
@@ -81,6 +83,13 @@ def verify(
         float | None, typer.Option(min=0.1, help="GiB of data each side may allocate (default: no cap).")
     ] = None,
     rules: common.RulesOption = None,
+    bisect: Annotated[
+        bool,
+        typer.Option(
+            help="With TREE, when the migration diverges: find the rule and file whose changes "
+            "make the difference, migrating and verifying again without them."
+        ),
+    ] = True,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
     if not entry:
@@ -95,8 +104,10 @@ def verify(
     except ImportError as exc:
         common.needs_torch("verify", exc)
     with contextlib.ExitStack() as stack:
+        copy = None
         if tree is not None:
-            original, migrated = tree, _migrated_copy(tree, unsafe, rules, stack)
+            copy = _migrated_copy(tree, unsafe, rules, stack)
+            original, migrated = tree, copy.folder
         options = orchestrate.Options(
             original=original,  # type: ignore[arg-type]
             migrated=migrated,  # type: ignore[arg-type]
@@ -132,6 +143,9 @@ def verify(
             except orchestrate.SideFailed as exc:
                 status.stop()
                 common.fail(str(exc))
+        if copy is not None and not result.comparison.passed and bisect:
+            culprit = _bisect(copy, options)
+            result.comparison.culprit = culprit or "no single rule's changes make the difference"
     verify_report.print_result(common.out, result)
     if json_path is not None:
         verify_report.write_json(json_path, result)
@@ -165,11 +179,47 @@ def _dtype_tolerances(given: list[str]) -> dict[str, float]:
     return tolerances
 
 
-def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> Path:
+@dataclass
+class _Copy:
+    """verify TREE's migrated copy, and how to make others (for the bisection)."""
+
+    tree: Path
+    folder: Path
+    files: list[SourceFile]
+    rules: RuleSource
+    enabled: frozenset[Applicability]
+    outcomes: list[FileOutcome]
+
+    def migrate(self, rules: RuleSource) -> list[FileOutcome]:
+        return common.run(self.files, rules, self.enabled, None)
+
+    def write(self, outcomes: list[FileOutcome], folder: Path) -> None:
+        write_outcomes(outcomes, self.tree, folder)
+
+
+def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> _Copy:
     """A temporary migrated copy of `tree`, made with apply's rules."""
     if not tree.is_dir():
         common.fail(f"no such folder: {tree}")
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-copy-"))) / tree.name
     files = common.find_files([tree], DEFAULT_MAX_BYTES)
-    write_outcomes(common.run(files, RuleSource(rules or []), enabled_fixes(unsafe), None), tree, folder)
-    return folder
+    source, enabled = RuleSource(rules or []), enabled_fixes(unsafe)
+    copy = _Copy(tree, folder, files, source, enabled, common.run(files, source, enabled, None))
+    copy.write(copy.outcomes, folder)
+    return copy
+
+
+def _bisect(copy: _Copy, options: Any) -> str | None:
+    """The change of the migration that makes it diverge, in words (verify/bisect.py)."""
+    from npu_migrate.verify import orchestrate
+    from npu_migrate.verify.bisect import find_culprit
+
+    def passes(folder: Path) -> bool:
+        try:
+            return orchestrate.run(replace(options, migrated=folder)).comparison.passed
+        except orchestrate.SideFailed:
+            return False
+
+    with common.err.status("finding the change that makes the difference"):
+        culprit = find_culprit(copy.outcomes, copy.rules, copy.migrate, copy.write, passes)
+    return culprit.describe() if culprit else None

@@ -136,6 +136,7 @@ class Comparison:
     problems: list[str] = field(default_factory=list)
     rule: str = ""  # which verdict rule the rows were held to, in words
     warnings: list[str] = field(default_factory=list)  # what weakens the verdict without failing it
+    culprit: str | None = None  # verify TREE: the change of the migration that makes the difference
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -47,6 +47,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         console.print(f"  - {problem}")
     for warning in comparison.warnings:
         console.print(f"  [yellow]warning[/]: {warning}")
+    if comparison.culprit:
+        console.print(f"  - {comparison.culprit}", markup=False)
     table = Table(title="worst module outputs", title_justify="left")
     table.add_column("module output", overflow="fold")
     for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):

@@ -394,3 +394,44 @@ def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) 
     assert code == 0, output
     assert all(step["passed"] for step in data["steps"])
     assert "dropout is off on both sides" in " ".join(output.split())
+
+
+def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_path: Path) -> None:
+    """Beyond msprobe: verify TREE migrates its copy again without one rule at a time, and then
+    without that rule in one file at a time, until the divergence goes."""
+    import yaml
+
+    wrong = {
+        "category": "house",
+        "codes": "HOU9xx",
+        "description": "a rule with a bug",
+        "rules": [
+            {
+                "code": "HOU950",
+                "name": "scaled-mlp",
+                "summary": "s",
+                "why": "w",
+                "message": "`{match}` runs faster scaled",
+                "applicability": "unsafe",
+                "severity": "info",
+                "match": {"pattern": "$M.proj($M.act($M.fc($X)))"},
+                "fix": {"template": "$M.proj($M.act($M.fc($X)) * 1.02)", "add_import": []},
+                "examples": [
+                    {
+                        "before": "y = self.proj(self.act(self.fc(x)))\n",
+                        "after": "y = self.proj(self.act(self.fc(x)) * 1.02)\n",
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "house.yaml").write_text(yaml.safe_dump(wrong))
+    args = (CASES / "gpt" / "original", "--unsafe", "--rules", tmp_path / "house.yaml")
+    code, data, output = verify(tmp_path, *args)
+    assert code == 1, output
+    assert data["culprit"].startswith("the divergence comes from HOU950 in ")
+    assert data["culprit"].split(" in ", 1)[1].startswith(str(CASES / "gpt" / "original" / "model.py"))
+    assert "self.proj(self.act(self.fc(x)) * 1.02)" in data["culprit"]
+    assert "the divergence comes from HOU950" in output
+    code, data, _ = verify(tmp_path, *args, "--no-bisect")
+    assert code == 1 and data["culprit"] is None
