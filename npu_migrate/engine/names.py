@@ -3,7 +3,8 @@ names to qualified names; dotted expressions are then resolved by looking up the
 
 This replaces libcst's QualifiedNameProvider (about 8x the cost of the parse itself). Imports are
 treated as file-global, which is how nearly all model code uses them; shadowing a module name
-with a local variable is not tracked.
+with a local variable is not tracked. Relative imports resolve through the file's package, and a
+module's own top-level definitions are `<module>.<name>` (ModulePath, found at discovery).
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ class ImportedName:
 
 @dataclass
 class ImportTable:
-    """Local name -> qualified name, for every name a file binds by import, read from a libcst
-    tree (`of`) or, where no libcst tree is at hand, from the stdlib's (`of_ast`)."""
+    """Local name -> qualified name, for every name a file binds by import (or defines at its
+    top level), read from a libcst tree (`of`) or, where no libcst tree is at hand, from the
+    stdlib's (`of_ast`)."""
 
     where: ModulePath = field(default_factory=ModulePath)  # for relative imports and own definitions
     bindings: dict[str, str] = field(default_factory=dict)
