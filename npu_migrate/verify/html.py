@@ -35,16 +35,26 @@ def _png(figure: plt.Figure) -> str:
     return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
 
+_DEPTH_LABELS = 40  # module names under the depth plot, at most (every n-th one beyond)
+
+
 def _depth_plot(rows: list[Any]) -> str:
-    figure, axis = plt.subplots(figsize=(10, 3.2))
+    figure, axis = plt.subplots(figsize=(10, 4.2))
     errors = [max(1 - r.cosine, 1e-12) for r in rows]
     axis.semilogy(range(len(rows)), errors, marker=".", linewidth=1, label="1 - cosine")
     axis.semilogy(range(len(rows)), [max(r.max_abs, 1e-12) for r in rows], linewidth=1, label="max abs error")
+    outside = [max(1 - r.within_dtype_tol, 1e-12) for r in rows]
+    axis.semilogy(
+        range(len(rows)), outside, linewidth=1, linestyle=":", label="share outside dtype tolerance"
+    )
     bad = [i for i, r in enumerate(rows) if not r.passed]
     axis.scatter(bad, [errors[i] for i in bad], color="red", zorder=3, label="fails")
+    every = max(1, math.ceil(len(rows) / _DEPTH_LABELS))
+    ticks = list(range(0, len(rows), every))
+    axis.set_xticks(ticks, [rows[i].key for i in ticks], rotation=90, fontsize=7)
     axis.set_xlabel("module output, in execution order")
     axis.set_title("error along the network's depth")
-    axis.legend(loc="lower right")
+    axis.legend(loc="lower right", fontsize=8)
     return _png(figure)
 
 
@@ -97,7 +107,14 @@ def write_html(path: Path, result: Result) -> None:
         "<!doctype html><html><head><meta charset='utf-8'><title>npu-migrate verify</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>npu-migrate verify: {verdict}</h1><p>{sides}</p>",
-        "<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in comparison.problems) + "</ul>",
+        f"<p>rule: {html.escape(comparison.rule)}</p>",
+        "<ul>"
+        + "".join(
+            f"<li>{html.escape(p)}</li>"
+            for p in [*comparison.problems, *([comparison.culprit] if comparison.culprit else [])]
+        )
+        + "".join(f"<li>warning: {html.escape(w)}</li>" for w in comparison.warnings)
+        + "</ul>",
     ]
     if comparison.rows:
         parts += ["<h2>Numerics along the network</h2>", _depth_plot(comparison.rows)]
@@ -114,6 +131,8 @@ def write_html(path: Path, result: Result) -> None:
         "rmse",
         "within_1e3",
         "within_5e3",
+        "within_dtype_tol",
+        "dtype_migrated",
         "passed",
     ]
     parts.append(

@@ -156,6 +156,7 @@ def test_the_html_report_is_self_contained(tmp_path: Path) -> None:
     assert 'npu-migrate verify: <span class="fail">FAIL</span>' in text
     assert text.count("data:image/png;base64,") == 3, "depth, loss and memory plots"
     assert "module outputs diverge first at blocks.0.attn" in text
+    assert "<p>rule: tight (cpu vs cpu)" in text and "<th>within_dtype_tol</th>" in text
     assert "http" not in text.replace("https://", "").split("<body>")[0], "no external resources"
 
 
