@@ -116,3 +116,25 @@ class LiveTensorBytes(TorchDispatchMode):
                 self.peak = max(self.peak, self.live)
                 weakref.finalize(tensor, self._release, id(tensor))
         return result
+
+
+_RANDOM_OPERATORS = frozenset(
+    {"rand", "randn", "randint", "randperm", "bernoulli", "normal", "uniform", "random", "exponential",
+     "multinomial", "native_dropout", "poisson", "cauchy", "geometric", "log_normal", "rand_like",
+     "randn_like", "randint_like"}
+)  # fmt: skip
+
+
+class RandomDraws(TorchDispatchMode):
+    """The random operators a run calls: where the forward draws random numbers, the two sides
+    agree only as far as they draw alike (a seed is not enough when an operator changed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__.rstrip("_")
+        if name in _RANDOM_OPERATORS:
+            self.names.add(name)
+        return func(*args, **(kwargs or {}))

@@ -178,6 +178,12 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         else f"msprobe ({original['backing']} vs {migrated['backing']}): cosine and max-abs thresholds, "
         "dtypes equal"
     )
+    drawn = sorted(set(original.get("random", [])) | set(migrated.get("random", [])))
+    if drawn:
+        comparison.warnings.append(
+            f"the model draws random numbers as it runs ({', '.join(drawn)}): both sides start from the "
+            "same seed, but where an operator changed they draw differently, and differ by chance"
+        )
     constant = [r.key for r in rows + output_rows if r.uninformative]
     if constant:
         comparison.warnings.append(

@@ -185,7 +185,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         import torch_npu  # noqa: F401 - the real one, or the emulation's stand-in (on PYTHONPATH)
     import torch
 
-    from npu_migrate.verify.capture import ModuleRecorder, flatten, nbytes
+    from npu_migrate.verify.capture import ModuleRecorder, RandomDraws, flatten, nbytes
 
     tree = Path(request["tree"])
     torch.manual_seed(0)
@@ -223,9 +223,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         call(model, inputs)  # warm-up
         report["forward_ms"] = _timed(lambda: call(model, inputs))
         recorder = ModuleRecorder(model)
-        with _memory(device) as memory:
+        with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
+    report["random"] = sorted(draws.names)
     report["rows"] = recorder.rows
     report["inputs"] = recorder.inputs
     report["output"] = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
@@ -249,7 +250,7 @@ def _train(
 ) -> list[dict[str, Any]]:
     import torch
 
-    from npu_migrate.verify.capture import nbytes
+    from npu_migrate.verify.capture import RandomDraws, nbytes
 
     if parts["loss_fn"] is None:
         raise EntryError("training mode (--steps) needs a loss_fn from the entry")
@@ -260,10 +261,11 @@ def _train(
     history = []
     for _ in range(steps):
         start = time.perf_counter()
-        with NoDropout():
+        with NoDropout(), RandomDraws() as draws:
             loss = parts["loss_fn"](call(model, inputs))
             optimizer.zero_grad()
             loss.backward()
+        report["random"] = sorted(set(report.get("random", [])) | draws.names)
         grads = {
             n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None
         }

@@ -59,3 +59,18 @@ def test_views_of_existing_tensors_are_no_new_memory() -> None:
         fresh = mask[:8] + 1  # 8 x 1024 floats: new memory
     assert rows and columns.shape == (1024, 1024)
     assert memory.peak == fresh.untyped_storage().nbytes() == 8 * 1024 * 4
+
+
+def test_random_draws_are_named() -> None:
+    from npu_migrate.verify.capture import RandomDraws
+
+    x = torch.ones(4, 4)
+    with RandomDraws() as quiet:
+        torch.nn.functional.dropout(x, 0.5, training=False)
+        x @ x
+    with RandomDraws() as noisy:
+        torch.nn.functional.dropout(x, 0.5, training=True)
+        torch.randn_like(x)
+        x.normal_()
+    assert quiet.names == set()
+    assert {"randn_like", "normal"} <= noisy.names and noisy.names & {"native_dropout", "bernoulli"}

@@ -395,6 +395,7 @@ def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) 
     assert code == 0, output
     assert all(step["passed"] for step in data["steps"])
     assert "dropout is off on both sides" in " ".join(output.split())
+    assert not any("random numbers" in w for w in data["warnings"]), "dropout off: nothing drawn"
 
 
 def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_path: Path) -> None:
