@@ -178,6 +178,11 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
         else f"msprobe ({original['backing']} vs {migrated['backing']}): cosine and max-abs thresholds, "
         "dtypes equal"
     )
+    comparison.warnings += [
+        f"weights paired by shape: {line} (verify's guess; the module outputs of the parts are only "
+        "in the original)"
+        for line in migrated.get("fused_weights", [])
+    ]
     drawn = sorted(set(original.get("random", [])) | set(migrated.get("random", [])))
     if drawn:
         comparison.warnings.append(

@@ -107,6 +107,38 @@ def failure(exc: BaseException, tree: Path) -> tuple[int, str]:
     return EXIT_USER_ERROR, user_traceback(exc, tree)
 
 
+def fuse_weights(original: dict[str, Any], migrated: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The original weights, paired with a migrated model whose tree fuses modules: a tensor only
+    the migrated model has (`attn.qkv.weight`) is the concatenation, along its first dimension,
+    of the tensors of the same name that only the original has under the same parent module
+    (`attn.q_proj.weight`, `attn.k_proj.weight`, `attn.v_proj.weight`, in the original's order),
+    where their shapes add up to it exactly. Returns the weights and what was fused, in words."""
+    import torch
+
+    weights = dict(original)
+    spare = [name for name in original if name not in migrated]
+    fused = []
+    for name, target in migrated.items():
+        if name in original or "." not in name:
+            continue
+        parent, _, leaf = name.rpartition(".")
+        parent = parent.rpartition(".")[0]
+        parts = [
+            n
+            for n in spare
+            if n.rpartition(".")[2] == leaf
+            and n.rpartition(".")[0].rpartition(".")[0] == parent
+            and original[n].shape[1:] == target.shape[1:]
+        ]
+        if len(parts) > 1 and sum(original[n].shape[0] for n in parts) == target.shape[0]:
+            weights[name] = torch.cat([original[n] for n in parts])
+            spare = [n for n in spare if n not in parts]
+            for n in parts:
+                del weights[n]
+            fused.append(f"{name} = concatenation of {', '.join(parts)}")
+    return weights, fused
+
+
 def _tensors_like(value: Any, originals: Any) -> Any:
     """`value` with its tensors replaced, in order, by the original side's (on value's device)."""
     from npu_migrate.verify.capture import flatten, map_tensors
@@ -203,8 +235,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request["state"])
     else:
         given = torch.load(request["state"], weights_only=False)
+        weights, report["fused_weights"] = fuse_weights(given["state_dict"], model.state_dict())
         try:
-            result = model.load_state_dict(given["state_dict"], strict=False)
+            result = model.load_state_dict(weights, strict=False)
         except RuntimeError as exc:  # shapes that do not fit
             raise EntryError(
                 f"the migrated model cannot take the original weights: {str(exc).splitlines()[-1].strip()}"

@@ -437,3 +437,26 @@ def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_
     assert "the divergence comes from HOU950" in output
     code, data, _ = verify(tmp_path, *args, "--no-bisect")
     assert code == 1 and data["culprit"] is None
+
+
+def test_weights_of_fused_modules_are_paired_by_shape(tmp_path: Path) -> None:
+    """A migration that fuses q, k and v into one Linear gets the original's three weights,
+    concatenated, instead of random ones that make a correct migration fail."""
+    split = (
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.attn = torch.nn.ModuleDict({n: torch.nn.Linear(4, 2) for n in ('q', 'k', 'v')})\n\n"
+        "    def forward(self, x):\n"
+        "        return self.attn['q'](x) * self.attn['k'](x) + self.attn['v'](x)\n"
+    )
+    fused = (
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.attn = torch.nn.ModuleDict({'qkv': torch.nn.Linear(4, 6)})\n\n"
+        "    def forward(self, x):\n        q, k, v = self.attn['qkv'](x).split(2, dim=-1)\n"
+        "        return q * k + v\n"
+    )
+    original, migrated = write_tree(tmp_path / "split", split), write_tree(tmp_path / "fused", fused)
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", migrated)
+    assert code == 0, output
+    assert data["output_rows"][0]["passed"]
+    assert any("attn.qkv.weight = concatenation of attn.q.weight, attn.k.weight, attn.v.weight" in w
+               for w in data["warnings"])  # fmt: skip
