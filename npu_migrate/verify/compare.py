@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from npu_migrate.verify.protocol import SideReport, Step
+
 # What reordering the same operations explains, by dtype: a few units in the last place of the
 # dtype, relative to each element plus the tensor's root-mean-square (so that elements near zero,
 # where a relative error means nothing, are judged against the tensor's scale).
@@ -142,48 +144,48 @@ class Comparison:
         return asdict(self)
 
 
-def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thresholds) -> Comparison:
-    same = limits.rule == "tight" or (limits.rule == "auto" and original["backing"] == migrated["backing"])
-    theirs = {key: (module, tensor) for key, module, tensor in migrated["rows"]}
-    ours = {key for key, _, _ in original["rows"]}
+def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds) -> Comparison:
+    same = limits.rule == "tight" or (limits.rule == "auto" and original.backing == migrated.backing)
+    theirs = {key: (module, tensor) for key, module, tensor in migrated.rows}
+    ours = {key for key, _, _ in original.rows}
     rows = [
         compare_tensors(key, module, tensor, theirs[key][1], limits, same)
-        for key, module, tensor in original["rows"]
+        for key, module, tensor in original.rows
         if key in theirs
     ]
     output_rows = [
         compare_tensors(f"output{path}", "(output)", a, b, limits, same)
-        for (path, a), (_, b) in zip(original["output"], migrated["output"], strict=False)
+        for (path, a), (_, b) in zip(original.output, migrated.output, strict=False)
     ]
-    first, between = _blame(rows, original.get("inputs", []), migrated.get("inputs", []), limits, same)
-    onnx = original.get("onnx")
+    first, between = _blame(rows, original.inputs, migrated.inputs, limits, same)
+    onnx = original.onnx
     comparison = Comparison(
         rows=rows,
-        only_original=sorted({m for k, m, _ in original["rows"] if k not in theirs}),
+        only_original=sorted({m for k, m, _ in original.rows if k not in theirs}),
         only_migrated=sorted({m for k, (m, _) in theirs.items() if k not in ours}),
         first_divergence=first,
         output_rows=output_rows,
         onnx_rows=[
             compare_tensors(f"onnx{path}", "(onnx)", a, b.to(a.dtype), limits)
-            for (path, a), b in zip(original["output"], onnx["outputs"], strict=False)
+            for (path, a), b in zip(original.output, onnx["outputs"], strict=False)
         ]
         if onnx and "outputs" in onnx
         else [],
         onnx={k: v for k, v in onnx.items() if k != "outputs"} if onnx else None,
     )
     comparison.rule = (
-        f"tight ({original['backing']} vs {migrated['backing']}): at least {limits.within_share:.1%} of "
+        f"tight ({original.backing} vs {migrated.backing}): at least {limits.within_share:.1%} of "
         "each tensor's elements within the dtype's tolerance, dtypes equal"
         if same
-        else f"msprobe ({original['backing']} vs {migrated['backing']}): cosine and max-abs thresholds, "
+        else f"msprobe ({original.backing} vs {migrated.backing}): cosine and max-abs thresholds, "
         "dtypes equal"
     )
     comparison.warnings += [
         f"weights paired by shape: {line} (verify's guess; the module outputs of the parts are only "
         "in the original)"
-        for line in migrated.get("fused_weights", [])
+        for line in migrated.fused_weights
     ]
-    drawn = sorted(set(original.get("random", [])) | set(migrated.get("random", [])))
+    drawn = sorted(set(original.random) | set(migrated.random))
     if drawn:
         comparison.warnings.append(
             f"the model draws random numbers as it runs ({', '.join(drawn)}): both sides start from the "
@@ -195,9 +197,9 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
             f"{len(constant)} compared tensor(s) are constant in the original (such as {constant[0]}): "
             "their agreement proves little; perturb the weights the entry builds (README)"
         )
-    comparison.steps = _compare_steps(original["steps"], migrated["steps"], limits, same)
+    comparison.steps = _compare_steps(original.steps, migrated.steps, limits, same)
     comparison.memory = _memory(original, migrated)
-    problems = list(migrated.get("state_mismatch", []))
+    problems = list(migrated.state_mismatch)
     if first is not None:
         problems.append(f"module outputs diverge first at {first}" + (f" ({between})" if between else ""))
     if any(not r.passed for r in output_rows):
@@ -219,7 +221,11 @@ def compare_runs(original: dict[str, Any], migrated: dict[str, Any], limits: Thr
 
 
 def _blame(
-    rows: list[Row], inputs_a: list, inputs_b: list, limits: Thresholds, same: bool
+    rows: list[Row],
+    inputs_a: list[tuple[str, str, torch.Tensor]],
+    inputs_b: list[tuple[str, str, torch.Tensor]],
+    limits: Thresholds,
+    same: bool,
 ) -> tuple[str | None, str]:
     """The module whose own code makes the first difference, and where in it when that is
     between its children. Hooks report a module when it returns, children first, so the first
@@ -252,61 +258,60 @@ def _blame(
 
 
 def _compare_steps(
-    original: list[dict], migrated: list[dict], limits: Thresholds, same: bool
+    original: list[Step], migrated: list[Step], limits: Thresholds, same: bool
 ) -> list[dict[str, Any]]:
     steps = []
     for number, (a, b) in enumerate(zip(original, migrated, strict=False), start=1):
         grad_rows = [
-            compare_tensors(name, name, grad, b["grads"][name], limits, same)
-            for name, grad in a["grads"].items()
-            if name in b["grads"]
+            compare_tensors(name, name, grad, b.grads[name], limits, same)
+            for name, grad in a.grads.items()
+            if name in b.grads
         ]
-        loss_ok = math.isclose(a["loss"], b["loss"], rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
+        loss_ok = math.isclose(a.loss, b.loss, rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
         worst = min(grad_rows, key=lambda r: r.cosine, default=None)
-        theirs = b.get("state", {})
+        theirs = b.state
         state_rows = [
             compare_tensors(name, name, tensor, theirs[name], limits, same)
-            for name, tensor in a.get("state", {}).items()
+            for name, tensor in a.state.items()
             if name in theirs
         ]
         diverged = [r.key for r in state_rows if not r.passed]
         steps.append(
             {
                 "step": number,
-                "loss_original": a["loss"],
-                "loss_migrated": b["loss"],
-                "grad_norm_original": a["grad_norm"],
-                "grad_norm_migrated": b["grad_norm"],
+                "loss_original": a.loss,
+                "loss_migrated": b.loss,
+                "grad_norm_original": a.grad_norm,
+                "grad_norm_migrated": b.grad_norm,
                 "worst_grad": asdict(worst) if worst else None,
                 "failed_grads": [r.key for r in grad_rows if not r.passed],
                 "failed_state": diverged,  # parameters, buffers, optimizer state: the first named first
                 "state_compared": len(state_rows),
-                "ms_original": a["ms"],
-                "ms_migrated": b["ms"],
+                "ms_original": a.ms,
+                "ms_migrated": b.ms,
                 "passed": loss_ok and all(r.passed for r in grad_rows) and not diverged,
             }
         )
     return steps
 
 
-def _memory(original: dict[str, Any], migrated: dict[str, Any]) -> dict[str, Any]:
+def _memory(original: SideReport, migrated: SideReport) -> dict[str, Any]:
     def ratio(key: str) -> float | None:
-        a, b = original.get(key), migrated.get(key)
+        a, b = getattr(original, key), getattr(migrated, key)
         return b / a if a and b is not None else None
 
-    modules = sorted(set(original["activation_bytes"]) | set(migrated["activation_bytes"]))
+    modules = sorted(set(original.activation_bytes) | set(migrated.activation_bytes))
     return {
-        "peak_original": original["peak_bytes"],
-        "peak_migrated": migrated["peak_bytes"],
+        "peak_original": original.peak_bytes,
+        "peak_migrated": migrated.peak_bytes,
         "peak_ratio": ratio("peak_bytes"),
-        "parameters_original": original["parameter_bytes"],
-        "parameters_migrated": migrated["parameter_bytes"],
-        "optimizer_original": original.get("optimizer_bytes"),
-        "optimizer_migrated": migrated.get("optimizer_bytes"),
+        "parameters_original": original.parameter_bytes,
+        "parameters_migrated": migrated.parameter_bytes,
+        "optimizer_original": original.optimizer_bytes,
+        "optimizer_migrated": migrated.optimizer_bytes,
         "optimizer_ratio": ratio("optimizer_bytes"),
         "activations": {
-            m: [original["activation_bytes"].get(m, 0), migrated["activation_bytes"].get(m, 0)]
-            for m in modules
+            m: [original.activation_bytes.get(m, 0), migrated.activation_bytes.get(m, 0)] for m in modules
         },
-        "forward_ms": [original["forward_ms"], migrated["forward_ms"]],
+        "forward_ms": [original.forward_ms, migrated.forward_ms],
     }

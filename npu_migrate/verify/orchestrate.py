@@ -12,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from npu_migrate.verify.compare import Comparison, Thresholds, compare_runs
+from npu_migrate.verify.protocol import SideReport, SideRequest
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
 
 
@@ -47,27 +47,27 @@ class Options:
 @dataclass
 class Result:
     comparison: Comparison
-    original: dict[str, Any]
-    migrated: dict[str, Any]
+    original: SideReport
+    migrated: SideReport
 
 
-def _side(role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool) -> dict[str, Any]:
+def _side(role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool) -> SideReport:
     import torch
 
     out = work / f"{role}.pt"
-    request = {
-        "role": role,
-        "tree": str(tree.resolve()),
-        "entry": options.entry,
-        "device": device,
-        "steps": options.steps,
-        "onnx": options.onnx,
-        "state": str(work / "original-state.pt"),
-        "out": str(out),
-        "timeout": options.timeout,
-    }
+    request = SideRequest(
+        role=role,
+        tree=str(tree.resolve()),
+        entry=options.entry,
+        device=device,
+        steps=options.steps,
+        onnx=options.onnx,
+        state=str(work / "original-state.pt"),
+        out=str(out),
+        timeout=options.timeout,
+    )
     path = work / f"{role}.json"
-    path.write_text(json.dumps(request))
+    path.write_text(json.dumps(asdict(request)))
     env = dict(os.environ)
     if role == "migrated" and emulate:
         from npu_migrate.emulation import site_pythonpath

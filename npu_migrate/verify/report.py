@@ -14,6 +14,7 @@ from rich.table import Table
 
 from npu_migrate.verify.compare import Row
 from npu_migrate.verify.orchestrate import Result
+from npu_migrate.verify.protocol import SideReport
 
 
 def _mib(value: int | None) -> str:
@@ -28,8 +29,8 @@ def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
-def _side_name(side: dict[str, Any], label: str) -> str:
-    return f"{label} on {side['device']}" + (" (NPU emulation)" if side.get("emulated") else "")
+def _side_name(side: SideReport, label: str) -> str:
+    return f"{label} on {side.device}" + (" (NPU emulation)" if side.emulated else "")
 
 
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
@@ -107,7 +108,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     for module, (a, b) in largest:
         figures.add_row(f"activations {module}", _mib(a), _mib(b), _ratio(b / a if a else None))
     original_ms, migrated_ms = memory["forward_ms"]
-    emulated = bool(result.migrated.get("emulated"))
+    emulated = result.migrated.emulated
     figures.add_row(
         "forward (median of 5, warmed up)",
         f"{original_ms:.2f} ms",
@@ -140,8 +141,8 @@ def _print_onnx(console: Console, comparison: Any) -> None:
 def write_json(path: Path, result: Result) -> None:
     data = {
         "passed": result.comparison.passed,
-        "original": {k: result.original[k] for k in ("device", "emulated")},
-        "migrated": {k: result.migrated[k] for k in ("device", "emulated")},
+        "original": {"device": result.original.device, "emulated": result.original.emulated},
+        "migrated": {"device": result.migrated.device, "emulated": result.migrated.emulated},
         **result.comparison.as_dict(),
     }
     path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")

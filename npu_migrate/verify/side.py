@@ -16,6 +16,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from npu_migrate.verify.protocol import SideReport, SideRequest, Step
+
 EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
 EXIT_TOOL_ERROR = 4  # npu-migrate's own code failed (a bug of ours); the traceback is on stderr
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -212,30 +214,25 @@ def _timed(fn: Any, repeat: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    if request["role"] == "migrated":
+def run(request: SideRequest) -> SideReport:
+    if request.role == "migrated":
         import torch_npu  # noqa: F401 - the real one, or the emulation's stand-in (on PYTHONPATH)
     import torch
 
     from npu_migrate.verify.capture import ModuleRecorder, RandomDraws, flatten, nbytes
 
-    tree = Path(request["tree"])
+    tree = Path(request.tree)
     torch.manual_seed(0)
-    parts = unpack(load_entry(tree, request["entry"])())
+    parts = unpack(load_entry(tree, request.entry)())
     model, inputs = parts["model"], parts["inputs"]
-    device = torch.device(request["device"])
-    report: dict[str, Any] = {
-        "device": str(device),
-        "emulated": _emulated(),
-        "backing": _backing(device),
-        "state_mismatch": [],
-    }
-    if request["role"] == "original":
+    device = torch.device(request.device)
+    report = SideReport(device=str(device), emulated=_emulated(), backing=_backing(device))
+    if request.role == "original":
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request["state"])
+        torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request.state)
     else:
-        given = torch.load(request["state"], weights_only=False)
-        weights, report["fused_weights"] = fuse_weights(given["state_dict"], model.state_dict())
+        given = torch.load(request.state, weights_only=False)
+        weights, report.fused_weights = fuse_weights(given["state_dict"], model.state_dict())
         try:
             result = model.load_state_dict(weights, strict=False)
         except RuntimeError as exc:  # shapes that do not fit
@@ -243,7 +240,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                 f"the migrated model cannot take the original weights: {str(exc).splitlines()[-1].strip()}"
             ) from None
         # missing_keys: the migrated model has them, the original weights do not; unexpected: the reverse
-        report["state_mismatch"] = [f"missing on the migrated side: {k}" for k in result.unexpected_keys] + [
+        report.state_mismatch = [f"missing on the migrated side: {k}" for k in result.unexpected_keys] + [
             f"only on the migrated side: {k}" for k in result.missing_keys
         ]
         inputs = _tensors_like(inputs, given["inputs"])
@@ -254,33 +251,31 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
     with torch.no_grad():
         call(model, inputs)  # warm-up
-        report["forward_ms"] = _timed(lambda: call(model, inputs))
+        report.forward_ms = _timed(lambda: call(model, inputs))
         recorder = ModuleRecorder(model)
         with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
-    report["random"] = sorted(draws.names)
-    report["rows"] = recorder.rows
-    report["inputs"] = recorder.inputs
-    report["output"] = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
-    if not report["output"]:
+    report.random = sorted(draws.names)
+    report.rows = recorder.rows
+    report.inputs = recorder.inputs
+    report.output = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
+    if not report.output:
         raise EntryError(f"the model's output holds no tensor (it returned a {type(output).__name__})")
-    report["activation_bytes"] = recorder.activation_bytes
-    report["peak_bytes"] = memory.peak
-    report["parameter_bytes"] = sum(nbytes(p) for p in model.parameters()) + sum(
+    report.activation_bytes = recorder.activation_bytes
+    report.peak_bytes = memory.peak
+    report.parameter_bytes = sum(nbytes(p) for p in model.parameters()) + sum(
         nbytes(b) for b in model.buffers()
     )
-    if request.get("onnx") and request["role"] == "original":
+    if request.onnx and request.role == "original":
         from npu_migrate.verify.onnx_check import onnx_report
 
-        report["onnx"] = onnx_report(model, inputs)
-    report["steps"] = _train(model, inputs, parts, request["steps"], report) if request["steps"] else []
+        report.onnx = onnx_report(model, inputs)
+    report.steps = _train(model, inputs, parts, request.steps, report) if request.steps else []
     return report
 
 
-def _train(
-    model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: dict[str, Any]
-) -> list[dict[str, Any]]:
+def _train(model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: SideReport) -> list[Step]:
     import torch
 
     from npu_migrate.verify.capture import RandomDraws, nbytes
@@ -288,7 +283,7 @@ def _train(
     if parts["loss_fn"] is None:
         raise EntryError("training mode (--steps) needs a loss_fn from the entry")
     optimizer = parts["optimizer"] or torch.optim.SGD(model.parameters(), lr=1e-3)
-    report["optimizer"] = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
+    report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
     model.train()
     _no_dropout(model)
     history = []
@@ -298,7 +293,7 @@ def _train(
             loss = parts["loss_fn"](call(model, inputs))
             optimizer.zero_grad()
             loss.backward()
-        report["random"] = sorted(set(report.get("random", [])) | draws.names)
+        report.random = sorted(set(report.random) | draws.names)
         grads = {
             n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None
         }
@@ -309,15 +304,15 @@ def _train(
         )
         optimizer.step()
         history.append(
-            {
-                "loss": loss.item(),
-                "grad_norm": norm,
-                "grads": grads,
-                "state": _training_state(model, optimizer),
-                "ms": (time.perf_counter() - start) * 1000,
-            }
+            Step(
+                loss=loss.item(),
+                grad_norm=norm,
+                grads=grads,
+                state=_training_state(model, optimizer),
+                ms=(time.perf_counter() - start) * 1000,
+            )
         )
-    report["optimizer_bytes"] = sum(
+    report.optimizer_bytes = sum(
         nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
     )
     return history
@@ -401,10 +396,10 @@ class NoDropout:
 
 
 def main() -> int:
-    request = json.loads(Path(sys.argv[1]).read_text())
-    tree = Path(request["tree"])
-    if request.get("timeout"):  # just before the parent stops this side: where it was, on stderr
-        faulthandler.dump_traceback_later(max(1.0, request["timeout"] - 2), exit=False)
+    request = SideRequest(**json.loads(Path(sys.argv[1]).read_text()))
+    tree = Path(request.tree)
+    if request.timeout:  # just before the parent stops this side: where it was, on stderr
+        faulthandler.dump_traceback_later(max(1.0, request.timeout - 2), exit=False)
     try:
         report = run(request)
     except EntryError as exc:
@@ -416,7 +411,7 @@ def main() -> int:
         return code
     import torch
 
-    torch.save(report, request["out"])
+    torch.save(report, request.out)
     return 0
 
 

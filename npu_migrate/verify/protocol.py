@@ -1,0 +1,56 @@
+"""What the parent and a side process of `verify` hand each other: the request (JSON, written by
+the parent) and the side's report (pickled with torch.save, tensors on the CPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Tensor = Any  # a torch.Tensor: this module is imported where torch may not be
+
+
+@dataclass(frozen=True)
+class SideRequest:
+    role: str  # "original" or "migrated"
+    tree: str  # the project the side imports its entry from
+    entry: str  # FILE:FUNC
+    device: str
+    steps: int  # training steps to run (0: forward only)
+    onnx: bool  # also export the original to ONNX and run it
+    state: str  # where the original side saves its weights and inputs, and the migrated reads them
+    out: str  # where the side writes its SideReport
+    timeout: float  # seconds the parent waits before it stops the side
+
+
+@dataclass
+class Step:
+    """One training step as a side ran it."""
+
+    loss: float
+    grad_norm: float
+    grads: dict[str, Tensor]  # by parameter name
+    state: dict[str, Tensor]  # parameters, buffers and optimizer state after the step, by name
+    ms: float
+
+
+@dataclass
+class SideReport:
+    """What one side saw."""
+
+    device: str
+    emulated: bool  # the migrated side ran on the NPU emulation
+    backing: str  # the hardware that computed (the emulation's backing device)
+    rows: list[tuple[str, str, Tensor]] = field(default_factory=list)  # (key, module, output)
+    inputs: list[tuple[str, str, Tensor]] = field(default_factory=list)  # (key, module, input)
+    output: list[tuple[str, Tensor]] = field(default_factory=list)  # (path, tensor) of the model's output
+    activation_bytes: dict[str, int] = field(default_factory=dict)  # by module
+    peak_bytes: int = 0
+    parameter_bytes: int = 0
+    forward_ms: float = 0.0  # median of warmed-up runs
+    random: list[str] = field(default_factory=list)  # random operators the run called
+    state_mismatch: list[str] = field(default_factory=list)  # weights one side has and the other not
+    fused_weights: list[str] = field(default_factory=list)  # weights paired by shape, in words
+    onnx: dict[str, Any] | None = None  # the ONNX check (original side, --onnx)
+    steps: list[Step] = field(default_factory=list)
+    optimizer: str | None = None  # the optimizer's class name (training)
+    optimizer_bytes: int | None = None
