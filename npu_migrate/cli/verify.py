@@ -82,6 +82,14 @@ def verify(
     max_side_memory: Annotated[
         float | None, typer.Option(min=0.1, help="GiB of data each side may allocate (default: no cap).")
     ] = None,
+    weights_map: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML: for a migrated model whose module tree differs, each migrated weight's "
+            "source in the original's (a name; a list, concatenated; or {from: [...], dim: N, "
+            "transpose: true}). Fused weights whose parts add up are paired without it."
+        ),
+    ] = None,
     rules: common.RulesOption = None,
     bisect: Annotated[
         bool,
@@ -119,6 +127,7 @@ def verify(
             onnx=onnx,
             timeout=timeout,
             memory=int(max_side_memory * 2**30) if max_side_memory else None,
+            weights_map=_weights_map(weights_map) if weights_map else {},
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,
@@ -154,6 +163,35 @@ def verify(
 
         write_html(html_path, result)
     raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _weights_map(path: Path) -> dict[str, Any]:
+    """--weights-map read and checked: {migrated name: WeightSource}."""
+    import yaml
+
+    from npu_migrate.verify.protocol import WeightSource
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        common.fail(f"--weights-map {path}: {str(exc).splitlines()[0]}")
+    if not isinstance(data, dict):
+        common.fail(f"--weights-map {path}: expected a mapping of migrated weight names")
+    sources = {}
+    for name, given in data.items():
+        if isinstance(given, str | list):
+            given = {"from": given}
+        names = given.get("from") if isinstance(given, dict) else None
+        names = [names] if isinstance(names, str) else names
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            common.fail(f"--weights-map {path}: {name}: give a name, a list of names, or {{from: ...}}")
+        extra = set(given) - {"from", "dim", "transpose"}
+        if extra:
+            common.fail(f"--weights-map {path}: {name}: unknown key {sorted(extra)[0]!r}")
+        sources[str(name)] = WeightSource(
+            names, int(given.get("dim", 0)), bool(given.get("transpose", False))
+        )
+    return sources
 
 
 def _check_entry(entry: str, trees: list[Path]) -> None:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from npu_migrate.verify.compare import Comparison, Thresholds, compare_runs
-from npu_migrate.verify.protocol import SideReport, SideRequest
+from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
 
 
@@ -42,6 +42,7 @@ class Options:
     limits: Thresholds = field(default_factory=Thresholds)
     timeout: float = 600.0  # seconds a side may run
     memory: int | None = None  # bytes of data a side may allocate (None: no cap)
+    weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
 
 
 @dataclass
@@ -65,6 +66,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         state=str(work / "original-state.pt"),
         out=str(out),
         timeout=options.timeout,
+        weights_map=options.weights_map,
     )
     path = work / f"{role}.json"
     path.write_text(json.dumps(asdict(request)))

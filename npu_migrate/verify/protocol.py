@@ -20,6 +20,17 @@ class SideRequest:
     state: str  # where the original side saves its weights and inputs, and the migrated reads them
     out: str  # where the side writes its SideReport
     timeout: float  # seconds the parent waits before it stops the side
+    weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """Where a migrated model's tensor comes from in the original's weights (--weights-map): one
+    tensor, or several concatenated along `dim`; transposed after, if asked."""
+
+    names: list[str]
+    dim: int = 0
+    transpose: bool = False
 
 
 @dataclass

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from npu_migrate.verify.protocol import SideReport, SideRequest, Step
+from npu_migrate.verify.protocol import SideReport, SideRequest, Step, WeightSource
 
 EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
 EXIT_TOOL_ERROR = 4  # npu-migrate's own code failed (a bug of ours); the traceback is on stderr
@@ -107,6 +107,24 @@ def failure(exc: BaseException, tree: Path) -> tuple[int, str]:
                 f"npu-migrate itself failed here, not your code (please report it):\n{whole}",
             )
     return EXIT_USER_ERROR, user_traceback(exc, tree)
+
+
+def map_weights(original: dict[str, Any], sources: dict[str, WeightSource]) -> dict[str, Any]:
+    """The original weights with the tensors `--weights-map` builds for the migrated model (the
+    original tensors it reads are taken out)."""
+    import torch
+
+    weights = dict(original)
+    for name, source in sources.items():
+        missing = [n for n in source.names if n not in original]
+        if missing:
+            raise EntryError(f"--weights-map: {name} reads {missing[0]}, which the original weights lack")
+        tensor = torch.cat([original[n] for n in source.names], dim=source.dim)
+        weights[name] = tensor.t().contiguous() if source.transpose else tensor
+        for used in source.names:
+            if used != name:
+                weights.pop(used, None)
+    return weights
 
 
 def fuse_weights(original: dict[str, Any], migrated: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -232,7 +250,8 @@ def run(request: SideRequest) -> SideReport:
         torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request.state)
     else:
         given = torch.load(request.state, weights_only=False)
-        weights, report.fused_weights = fuse_weights(given["state_dict"], model.state_dict())
+        mapped = map_weights(given["state_dict"], request.weights_map)
+        weights, report.fused_weights = fuse_weights(mapped, model.state_dict())
         try:
             result = model.load_state_dict(weights, strict=False)
         except RuntimeError as exc:  # shapes that do not fit
@@ -396,7 +415,9 @@ class NoDropout:
 
 
 def main() -> int:
-    request = SideRequest(**json.loads(Path(sys.argv[1]).read_text()))
+    data = json.loads(Path(sys.argv[1]).read_text())
+    sources = {name: WeightSource(**source) for name, source in data.pop("weights_map").items()}
+    request = SideRequest(**data, weights_map=sources)
     tree = Path(request.tree)
     if request.timeout:  # just before the parent stops this side: where it was, on stderr
         faulthandler.dump_traceback_later(max(1.0, request.timeout - 2), exit=False)

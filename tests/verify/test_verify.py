@@ -460,3 +460,30 @@ def test_weights_of_fused_modules_are_paired_by_shape(tmp_path: Path) -> None:
     assert data["output_rows"][0]["passed"]
     assert any("attn.qkv.weight = concatenation of attn.q.weight, attn.k.weight, attn.v.weight" in w
                for w in data["warnings"])  # fmt: skip
+
+
+def test_a_weights_map_pairs_what_the_migration_renamed_or_reshaped(tmp_path: Path) -> None:
+    original = write_tree(
+        tmp_path / "original",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 3)\n\n    def forward(self, x):\n        return self.lin(x)\n",
+    )
+    migrated = write_tree(
+        tmp_path / "migrated",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.w = torch.nn.Parameter(torch.zeros(4, 3))\n"
+        "        self.b = torch.nn.Parameter(torch.zeros(3))\n\n"
+        "    def forward(self, x):\n        return x @ self.w + self.b\n",
+    )
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("w: {from: lin.weight, transpose: true}\nb: lin.bias\n")
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", migrated)
+    assert code == 1 and any("only on the migrated side: w" in p for p in data["problems"])
+    code, data, output = verify(
+        tmp_path, "--original", original, "--migrated", migrated, "--weights-map", mapping
+    )
+    assert code == 0, output
+    mapping.write_text("w: {from: lin.weight, flip: true}\n")
+    bad = run_cli("verify", "--original", original, "--migrated", migrated, "--entry", "entry.py:build",
+                  "--weights-map", mapping, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("w: unknown key 'flip'")
