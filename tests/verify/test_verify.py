@@ -292,6 +292,25 @@ def planted(tmp_path: Path, model: str, edits: dict[str, tuple[str, str]]) -> Pa
         ),
         pytest.param(
             "gpt",
+            {"model.py": ("self.ln_1 = nn.LayerNorm(n_embd)", "self.ln_1 = nn.RMSNorm(n_embd)")},
+            "blocks.0.ln_1",
+            "",
+            id="layer-norm-to-rms-norm",
+        ),
+        pytest.param(
+            "llama",
+            {
+                "model.py": (
+                    "npu_rotary_mul(x, cos, sin)",
+                    'npu_rotary_mul(x, cos, sin, rotary_mode="interleave")',
+                )
+            },
+            "layers.0.self_attn",
+            "",
+            id="rope-layout",
+        ),
+        pytest.param(
+            "gpt",
             {
                 "model.py": (
                     "        return self.proj(self.act(self.fc(x)))",
