@@ -309,6 +309,19 @@ def planted(tmp_path: Path, model: str, edits: dict[str, tuple[str, str]]) -> Pa
             "",
             id="rope-layout",
         ),
+        pytest.param(  # the loaded head weights overwrite the embedding they now share
+            "gpt",
+            {
+                "model.py": (
+                    "self.head = nn.Linear(n_embd, vocab_size, bias=False)",
+                    "self.head = nn.Linear(n_embd, vocab_size, bias=False)\n"
+                    "        self.head.weight = self.tok_emb.weight",
+                )
+            },
+            "tok_emb",
+            "",
+            id="weights-tied-on-one-side",
+        ),
         pytest.param(
             "gpt",
             {
