@@ -11,7 +11,7 @@ from stat import S_ISREG
 
 import pathspec
 
-from npu_migrate.model import ModulePath, SourceFile
+from npu_migrate.model import NO_MODULE, ModulePath, SourceFile
 
 SKIP_DIRS = {
     ".git",
@@ -107,7 +107,7 @@ def module_of(path: Path) -> ModulePath:
     """The module a file is, found from the `__init__.py` files of its folders."""
     package = package_of(path.parent)
     if not package:
-        return ModulePath()
+        return NO_MODULE
     if path.name == "__init__.py":
         return ModulePath(package, package)
     return ModulePath(f"{package}.{path.stem}" if path.stem.isidentifier() else "", package)

@@ -49,6 +49,9 @@ class ModulePath:
         return f"{self.name}\0{self.package}".encode()
 
 
+NO_MODULE = ModulePath()  # a file outside any package
+
+
 @dataclass(frozen=True)
 class SourceFile:
     path: Path  # where to read it (a link named on the command line: its target)
@@ -56,7 +59,7 @@ class SourceFile:
     data: bytes | None = None  # None: skipped
     skipped: str | None = None  # why it was skipped
     stat: os.stat_result | None = None  # as read: a file that changes before it is written is refused
-    module: ModulePath = field(default_factory=ModulePath)  # where it sits among packages
+    module: ModulePath = NO_MODULE  # where it sits among packages
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from npu_migrate.model import ModulePath
+from npu_migrate.model import NO_MODULE, ModulePath
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
@@ -123,15 +123,15 @@ class ImportTable:
     top level), read from a libcst tree (`of`) or, where no libcst tree is at hand, from the
     stdlib's (`of_ast`)."""
 
-    where: ModulePath = field(default_factory=ModulePath)  # for relative imports and own definitions
+    where: ModulePath = NO_MODULE  # for relative imports and own definitions
     bindings: dict[str, str] = field(default_factory=dict)
     bound: list[tuple[str, str]] = field(default_factory=list)  # every binding, in order (a local may repeat)
     named: list[ImportedName] = field(default_factory=list)  # what from-imports and `as` bind
     imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)  # with `of` only
 
     @classmethod
-    def of(cls, module: cst.Module, where: ModulePath | None = None) -> ImportTable:
-        table = cls(where or ModulePath())
+    def of(cls, module: cst.Module, where: ModulePath = NO_MODULE) -> ImportTable:
+        table = cls(where)
         table.define(s.name.value for s in module.body if isinstance(s, cst.FunctionDef | cst.ClassDef))
         for statement in small_statements(module.body):
             if isinstance(statement, cst.Import):
@@ -147,8 +147,8 @@ class ImportTable:
         return table
 
     @classmethod
-    def of_ast(cls, tree: ast.Module, where: ModulePath | None = None) -> ImportTable:
-        table = cls(where or ModulePath())
+    def of_ast(cls, tree: ast.Module, where: ModulePath = NO_MODULE) -> ImportTable:
+        table = cls(where)
         table.define(
             s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
         )

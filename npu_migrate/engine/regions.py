@@ -26,7 +26,7 @@ from itertools import accumulate
 
 from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
-from npu_migrate.model import ModulePath
+from npu_migrate.model import NO_MODULE, ModulePath
 from npu_migrate.rules.regex import compile_rule_regex
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
@@ -233,14 +233,14 @@ TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", 
 
 
 def import_bindings(
-    text: str, lines: list[str], starts: list[int], where: ModulePath | None = None
+    text: str, lines: list[str], starts: list[int], where: ModulePath = NO_MODULE
 ) -> list[tuple[str, str]] | None:
     """Every (local, qualified) binding the file's imports may make, without parsing the file:
     each line with the word `import` (and the lines its statement continues on) parsed alone.
     More than the file binds is harmless (a docstring's example: an anchor too many); None when
     a line cannot be read this way, so the caller parses the file. A module's own top-level
     definitions are bindings too (ImportTable.define)."""
-    table = ImportTable(where or ModulePath())
+    table = ImportTable(where)
     if table.where.name:
         table.define(TOP_LEVEL_DEFINITION.findall(text))
     done: set[int] = set()

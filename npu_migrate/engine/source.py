@@ -34,7 +34,7 @@ from npu_migrate.engine.regions import (
     split_lines,
 )
 from npu_migrate.engine.transformer import Transformer
-from npu_migrate.model import Applicability, FileResult, Finding, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
 from npu_migrate.prefilter import accessed, word_counts
 
 
@@ -42,11 +42,10 @@ def migrate_source(
     source: bytes,
     index: RuleIndex,
     enabled: frozenset[Applicability] = frozenset(),
-    where: ModulePath | None = None,
+    where: ModulePath = NO_MODULE,
 ) -> FileResult:
     """Find (and, for the enabled applicabilities, fix) everything the rules match. `where`: the
     module the file is, for its relative imports and its own definitions."""
-    where = where or ModulePath()
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
     if not index.prefilter.may_match(text, counts.keys() | _spelled_by_the_module(text, where)):
@@ -80,7 +79,7 @@ def scan_regions(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     counts: Counter[str],
-    where: ModulePath | None = None,
+    where: ModulePath = NO_MODULE,
 ) -> FileResult | None:
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
@@ -128,7 +127,7 @@ def migrate_whole(
     enabled: frozenset[Applicability],
     checked: bool = False,
     words: Collection[str] | None = None,
-    where: ModulePath | None = None,
+    where: ModulePath = NO_MODULE,
 ) -> FileResult:
     """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
     this file already (so it is not nested too deeply for libcst); `words`: its words, where

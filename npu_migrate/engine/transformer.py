@@ -37,9 +37,8 @@ class Transformer(cst.CSTTransformer):
         self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
         self.guard_starts: dict[cst.CSTNode, int] = {}  # a guarding node -> matches before it
         self.early_exits: dict[cst.CSTNode, tuple[int, int]] = {}  # `if ...: return` -> its matches
-        self.hoists: dict[
-            cst.CSTNode, dict[str, Hoist]
-        ] = {}  # an earlier line -> what applied fixes put before it
+        # An earlier line -> the hoists (by name) that applied fixes put before it.
+        self.hoists: dict[cst.CSTNode, dict[str, Hoist]] = {}
 
     # libcst asks about every field of every node; no hook here looks at fields.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -111,7 +110,7 @@ class Transformer(cst.CSTTransformer):
             if hoists is None:
                 continue
             at = next(i for i, statement in enumerate(body) if statement.deep_equals(line))
-            reading = next(iter(hoists.values())).line
+            reading = next(iter(hoists.values())).line  # `line`, as the SimpleStatementLine it is
             named = [
                 cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(h.name))], h.target)])
                 for h in hoists.values()
