@@ -100,7 +100,7 @@ def write_html(path: Path, result: Result) -> None:
     rows = comparison.rows + comparison.output_rows + comparison.onnx_rows
     verdict = '<span class="pass">PASS</span>' if comparison.passed else '<span class="fail">FAIL</span>'
     sides = " vs ".join(
-        f"{name} on {html.escape(side.device)}" + (" (NPU emulation)" if side.emulated else "")
+        f"{name} {html.escape(side.where)}"
         for name, side in (("original", result.original), ("migrated", result.migrated))
     )
     parts = [

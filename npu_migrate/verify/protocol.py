@@ -65,3 +65,8 @@ class SideReport:
     steps: list[Step] = field(default_factory=list)
     optimizer: str | None = None  # the optimizer's class name (training)
     optimizer_bytes: int | None = None
+
+    @property
+    def where(self) -> str:
+        """Where the side ran, in words: `on cpu`, `on npu (NPU emulation)`."""
+        return f"on {self.device}" + (" (NPU emulation)" if self.emulated else "")

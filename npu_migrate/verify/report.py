@@ -14,7 +14,6 @@ from rich.table import Table
 
 from npu_migrate.verify.compare import Row
 from npu_migrate.verify.orchestrate import Result
-from npu_migrate.verify.protocol import SideReport
 
 
 def _mib(value: int | None) -> str:
@@ -29,13 +28,9 @@ def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
-def _side_name(side: SideReport, label: str) -> str:
-    return f"{label} on {side.device}" + (" (NPU emulation)" if side.emulated else "")
-
-
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
-    console.print(f"{_side_name(result.original, 'original')} vs {_side_name(result.migrated, 'migrated')}")
+    console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
     rows = comparison.rows + comparison.output_rows
     failed = [r for r in rows if not r.passed]
     verdict = "[green]PASS[/]" if comparison.passed else "[red]FAIL[/]"

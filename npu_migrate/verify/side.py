@@ -303,8 +303,7 @@ def _train(model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: S
         raise EntryError("training mode (--steps) needs a loss_fn from the entry")
     optimizer = parts["optimizer"] or torch.optim.SGD(model.parameters(), lr=1e-3)
     report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
-    model.train()
-    _no_dropout(model)
+    model.train()  # NoDropout turns the dropout modules off, with the functional kinds
     history = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -368,9 +367,9 @@ def _argument_set(
 
 
 class NoDropout:
-    """Dropout off for the comparison of training steps, beyond modules (the caller sets their p
-    to 0): functional dropout, SDPA's dropout_p and npu_fusion_attention's keep_prob draw
-    random masks that differ between the sides."""
+    """Dropout off for the comparison of training steps: dropout modules and functional dropout
+    (both reach F.dropout and its kin), SDPA's dropout_p and npu_fusion_attention's keep_prob
+    draw random masks that differ between the sides."""
 
     def __enter__(self) -> NoDropout:
         import torch
