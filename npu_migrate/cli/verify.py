@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -116,6 +117,7 @@ def verify(
         if tree is not None:
             copy = _migrated_copy(tree, unsafe, rules, stack)
             original, migrated = tree, copy.folder
+            common.err.print(f"verify: {copy.summary()}", highlight=False, soft_wrap=True)
         options = orchestrate.Options(
             original=original,  # type: ignore[arg-type]
             migrated=migrated,  # type: ignore[arg-type]
@@ -233,6 +235,21 @@ class _Copy:
 
     def write(self, outcomes: list[FileOutcome], folder: Path) -> None:
         write_outcomes(outcomes, self.tree, folder)
+
+    def summary(self) -> str:
+        """What the migration changed, so a pass is known to have verified something."""
+        codes = Counter(
+            finding.rule.code
+            for outcome in self.outcomes
+            for finding in outcome.result.findings
+            if finding.applied
+        )
+        changed = sum(outcome.changed for outcome in self.outcomes)
+        rules = ", ".join(f"{code} x{count}" for code, count in codes.most_common())
+        return (
+            f"migrated a copy of {self.tree}: {codes.total()} change(s) in {changed} of "
+            f"{len(self.outcomes)} file(s)" + (f" ({rules})" if rules else "")
+        )
 
 
 def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: contextlib.ExitStack) -> _Copy:

@@ -257,14 +257,19 @@ def test_a_side_over_its_memory_cap_fails_plainly(tmp_path: Path) -> None:
     assert "memory" in output.lower()
 
 
-def planted(tmp_path: Path, model: str, edits: dict[str, tuple[str, str]]) -> Path:
-    """The correct migration of a fixture with a bug planted: {file: (old, new)}."""
+Edit = tuple[str, str]
+
+
+def planted(tmp_path: Path, model: str, edits: dict[str, Edit | list[Edit]]) -> Path:
+    """The correct migration of a fixture with a bug planted: {file: (old, new) or a list}."""
     tree = tmp_path / f"{model}-planted"
     shutil.copytree(CASES / model / "migrated", tree)
-    for name, (old, new) in edits.items():
+    for name, changes in edits.items():
         text = (tree / name).read_text()
-        assert old in text, f"{old!r} is not in {name}"
-        (tree / name).write_text(text.replace(old, new))
+        for old, new in changes if isinstance(changes, list) else [changes]:
+            assert old in text, f"{old!r} is not in {name}"
+            text = text.replace(old, new)
+        (tree / name).write_text(text)
     return tree
 
 
@@ -308,6 +313,29 @@ def planted(tmp_path: Path, model: str, edits: dict[str, tuple[str, str]]) -> Pa
             "layers.0.self_attn",
             "",
             id="rope-layout",
+        ),
+        pytest.param(  # SDPA's polarity (True = attend) handed to the fused op, in the second block only
+            "gpt",
+            {
+                "model.py": [
+                    ("self.n_head = n_head", "self.n_head = n_head\n        self.keep_polarity = False"),
+                    (
+                        "        y = torch_npu.npu_fusion_attention(",
+                        "        if self.keep_polarity:\n"
+                        "            causal = torch.ones(S, S, dtype=torch.bool, device=q.device)\n"
+                        "            atten_mask = ~torch.triu(causal, diagonal=1)\n"
+                        "        y = torch_npu.npu_fusion_attention(",
+                    ),
+                    ("sparse_mode=2", "sparse_mode=0 if self.keep_polarity else 2"),
+                    (
+                        "for _ in range(n_layer)])",
+                        "for _ in range(n_layer)])\n        self.blocks[1].attn.keep_polarity = True",
+                    ),
+                ]
+            },
+            "blocks.1.attn",
+            "",
+            id="mask-polarity-in-one-layer",
         ),
         pytest.param(  # the loaded head weights overwrite the embedding they now share
             "gpt",

@@ -1,0 +1,1 @@
+"""Real models' published sources with entries for `npu-migrate verify` (see sources.py)."""

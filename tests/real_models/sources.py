@@ -1,0 +1,79 @@
+"""Real projects' published code, fetched once from PyPI (pinned by URL and sha256) and unpacked
+into a cache shared by every test run: the way a user's checkout arrives, with no one here having
+written or trimmed it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE = Path(os.environ.get("NPU_MIGRATE_SOURCES", Path.home() / ".cache" / "npu-migrate-sources"))
+FILES = "https://files.pythonhosted.org/packages"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published archive and the importable package inside it."""
+
+    url: str
+    sha256: str
+    package: str  # the package's folder, relative to the archive's top
+
+    @property
+    def name(self) -> str:
+        return self.url.rsplit("/", 1)[1]
+
+
+X_TRANSFORMERS = Release(
+    f"{FILES}/c7/36/9814f909a009d75407ae53e6d771f11a02b2ff9a407df0eed158c369ac62/x_transformers-2.31.10.tar.gz",
+    "17f2c50ccb0e2b93f83a84c1374ff7158ed3852310910d6fed26c925776ae403",
+    "x_transformers-2.31.10/x_transformers",
+)
+LLAMA_MODELS = Release(
+    f"{FILES}/aa/63/a96295a62a6a299ff9574bb4316a767f83fe7da009de936541ac5191e910/llama_models-0.3.0.tar.gz",
+    "6b30bc025ea69021778bc5b5acba1e4b05b47baf4235be284d26b9ea06911f79",
+    "llama_models-0.3.0/llama_models",
+)
+LITGPT = Release(
+    f"{FILES}/44/25/f4368c237d2fc30cdcbcc856fe2caf1f9b318e0f6e2846d8c8278345c968/litgpt-0.5.13.tar.gz",
+    "77be78814d0334e8e32ee6dac417e9718ebad45529458995ca255af24cf15cf3",
+    "litgpt-0.5.13/litgpt",
+)
+DIFFUSERS = Release(
+    f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
+    "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
+    "diffusers",
+)
+
+
+def fetch(release: Release) -> Path:
+    """The release's package folder, downloaded and unpacked on first use."""
+    target = CACHE / release.name.removesuffix(".tar.gz").removesuffix(".whl")
+    if not target.is_dir():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+            archive = Path(scratch) / release.name
+            with urllib.request.urlopen(release.url, timeout=120) as response, archive.open("wb") as out:
+                shutil.copyfileobj(response, out)
+            digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+            if digest != release.sha256:
+                raise RuntimeError(f"{release.url}: sha256 {digest}, expected {release.sha256}")
+            unpacked = Path(scratch) / "unpacked"
+            if release.name.endswith(".whl"):
+                zipfile.ZipFile(archive).extractall(unpacked)
+            else:
+                with tarfile.open(archive) as tar:
+                    tar.extractall(unpacked, filter="data")
+            try:
+                unpacked.rename(target)  # atomic: a concurrent fetch of the same release may win
+            except OSError:
+                if not target.is_dir():
+                    raise
+    return target / release.package
