@@ -91,6 +91,13 @@ def verify(
             "transpose: true}). Fused weights whose parts add up are paired without it."
         ),
     ] = None,
+    dump: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write each side's forward pass as an msprobe dump (DIR/original, "
+            "DIR/migrated), for `msprobe compare` and Ascend's precision tools."
+        ),
+    ] = None,
     rules: common.RulesOption = None,
     bisect: Annotated[
         bool,
@@ -110,8 +117,11 @@ def verify(
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
         from npu_migrate.verify.compare import Thresholds
+        from npu_migrate.verify.msprobe_dump import PATH_CHARACTERS
     except ImportError as exc:
         common.needs_torch("verify", exc)
+    if dump is not None and not PATH_CHARACTERS.fullmatch(str(dump.resolve())):
+        common.fail(f"--dump {dump}: msprobe reads only paths of letters, digits and _.:/-")
     with contextlib.ExitStack() as stack:
         copy = None
         if tree is not None:
@@ -130,6 +140,7 @@ def verify(
             timeout=timeout,
             memory=int(max_side_memory * 2**30) if max_side_memory else None,
             weights_map=_weights_map(weights_map) if weights_map else {},
+            dump=dump.resolve() if dump else None,
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,
@@ -158,6 +169,13 @@ def verify(
             culprit = _bisect(copy, options)
             result.comparison.culprit = culprit or "no single rule's changes make the difference"
     verify_report.print_result(common.out, result)
+    if dump is not None:
+        common.err.print(
+            f"msprobe dumps in {dump}/original and {dump}/migrated; compare them with\n"
+            f"  msprobe compare -tp {dump}/migrated/step0 -gp {dump}/original/step0 -o OUT -fm",
+            highlight=False,
+            soft_wrap=True,
+        )
     if json_path is not None:
         verify_report.write_json(json_path, result)
     if html_path is not None:
@@ -271,7 +289,7 @@ def _bisect(copy: _Copy, options: Any) -> str | None:
 
     def passes(folder: Path) -> bool:
         try:
-            return orchestrate.run(replace(options, migrated=folder)).comparison.passed
+            return orchestrate.run(replace(options, migrated=folder, dump=None)).comparison.passed
         except orchestrate.SideFailed:
             return False
 

@@ -45,17 +45,32 @@ def nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+@dataclasses.dataclass
+class ModuleCall:
+    """One call of one module, as msprobe's dump has it (`Module.<name>.<Class>.forward.<index>`)."""
+
+    name: str
+    module: torch.nn.Module
+    index: int  # this module's calls before this one
+    parent: ModuleCall | None  # the call it ran inside
+    args: list[torch.Tensor] = dataclasses.field(default_factory=list)  # positional, flattened
+    kwargs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # by flattened path
+    outputs: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+
 class ModuleRecorder:
     """Hooks on every named module: its outputs in call order, keyed by module name (a module
     called twice gets `#2`), the tensors it was called with (to tell a module whose own code
     changes the result from one that was handed a different input), and the bytes each module's
-    outputs occupy."""
+    outputs occupy. `calls` holds the same tensors call by call, in the order calls finish."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.rows: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor on the CPU)
         self.inputs: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor): what calls got
+        self.calls: list[ModuleCall] = []
         self.activation_bytes: dict[str, int] = {}
         self._calls: dict[str, int] = {}
+        self._running: list[ModuleCall] = []
         self._handles = []
         for name, module in model.named_modules():
             name = name or "(model)"
@@ -68,18 +83,32 @@ class ModuleRecorder:
 
     def _enter(self, name: str):
         def record(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-            self._calls[name] = self._calls.get(name, 0) + 1
+            parent = self._running[-1] if self._running else None
+            call = ModuleCall(name, module, self._calls.get(name, 0), parent)
+            self._calls[name] = call.index + 1
+            self._running.append(call)
             for path, tensor in flatten((args, kwargs)):
-                self.inputs.append((self._key(name) + path, name, tensor.detach().to("cpu", copy=True)))
+                copy = tensor.detach().to("cpu", copy=True)
+                self.inputs.append((self._key(name) + path, name, copy))
+                if path.startswith("[0]"):
+                    call.args.append(copy)
+                else:
+                    call.kwargs[path.removeprefix("[1].")] = copy
 
         return record
 
     def _hook(self, name: str):
         def record(module: torch.nn.Module, args: Any, output: Any) -> None:
             key = self._key(name)
+            while self._running[-1].module is not module:  # a call whose exception the model caught
+                self._running.pop()
+            call = self._running.pop()
             for path, tensor in flatten(output):
-                self.rows.append((key + path, name, tensor.detach().to("cpu", copy=True)))
+                copy = tensor.detach().to("cpu", copy=True)
+                self.rows.append((key + path, name, copy))
+                call.outputs.append(copy)
                 self.activation_bytes[name] = self.activation_bytes.get(name, 0) + nbytes(tensor)
+            self.calls.append(call)
 
         return record
 

@@ -43,6 +43,7 @@ class Options:
     timeout: float = 600.0  # seconds a side may run
     memory: int | None = None  # bytes of data a side may allocate (None: no cap)
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
+    dump: Path | None = None  # msprobe dumps of each side's forward, in dump/original and dump/migrated
 
 
 @dataclass
@@ -67,6 +68,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         out=str(out),
         timeout=options.timeout,
         weights_map=options.weights_map,
+        dump=str(options.dump / role) if options.dump else "",
     )
     path = work / f"{role}.json"
     path.write_text(json.dumps(asdict(request)))

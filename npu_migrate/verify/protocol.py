@@ -21,6 +21,7 @@ class SideRequest:
     out: str  # where the side writes its SideReport
     timeout: float  # seconds the parent waits before it stops the side
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
+    dump: str = ""  # where to write the forward pass as an msprobe dump ("": nowhere)
 
 
 @dataclass(frozen=True)

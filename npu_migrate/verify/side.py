@@ -275,6 +275,10 @@ def run(request: SideRequest) -> SideReport:
         with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
+    if request.dump:
+        from npu_migrate.verify.msprobe_dump import write_dump
+
+        write_dump(Path(request.dump), recorder.calls)
     report.random = sorted(draws.names)
     report.rows = recorder.rows
     report.inputs = recorder.inputs

@@ -4,6 +4,7 @@ sides give clear errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -25,6 +26,22 @@ def verify(tmp_path: Path, *args: str | Path) -> tuple[int, dict, str]:
     result = run_cli("verify", *args, "--entry", "entry.py:build", "--json", report, cwd=tmp_path)
     data = json.loads(report.read_text()) if report.exists() else {}
     return result.returncode, data, result.stdout + result.stderr
+
+
+def msprobe_first_divergence(dump: Path, out: Path) -> str | None:
+    """The module msprobe's own `compare` blames on verify's dumps: the first op (in the order
+    calls finish, children first) whose Result is not pass. Fuzzy matching (-fm) pairs a module
+    whose class the migration changed (LayerNorm -> RMSNorm)."""
+    command = [Path(sys.executable).with_name("msprobe"), "compare", "-tp", dump / "migrated" / "step0"]
+    command += ["-gp", dump / "original" / "step0", "-o", out, "-fm"]
+    subprocess.run(command, capture_output=True, text=True, check=True)
+    [table] = out.glob("compare_result_*.csv")
+    with table.open(newline="") as rows:
+        failing = [row["NPU Name"] for row in csv.DictReader(rows) if row["Result"] != "pass"]
+    if not failing:
+        return None
+    op = failing[0].split(".input.")[0].split(".output.")[0].split(".parameters.")[0]
+    return ".".join(op.split(".")[1:-3])  # Module.<name>.<Class>.forward.<index>
 
 
 def pair(model: str, migrated: str) -> list[str | Path]:
@@ -51,9 +68,10 @@ def test_a_correct_migration_passes(model: str, tmp_path: Path) -> None:
 def test_a_wrong_migration_fails_at_the_right_module(
     model: str, wrong: str, module: str, tmp_path: Path
 ) -> None:
-    code, data, output = verify(tmp_path, *pair(model, wrong))
+    code, data, output = verify(tmp_path, *pair(model, wrong), "--dump", tmp_path / "dump")
     assert code == 1
     assert data["first_divergence"] == module
+    assert msprobe_first_divergence(tmp_path / "dump", tmp_path / "msprobe") == module
     assert f"module outputs diverge first at {module}" in output
     earlier = [r for r in data["rows"] if r["module"] != module][: data["rows"].index(
         next(r for r in data["rows"] if r["module"] == module)
@@ -125,6 +143,14 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     shape = run_cli("verify", *pair("cnn", "migrated"), "--entry", "entry.py", cwd=tmp_path)
     assert shape.returncode == 2
     assert shape.stderr.strip() == "error: --entry must be FILE:FUNC (e.g. entry.py:build), got 'entry.py'"
+
+
+def test_a_dump_folder_msprobe_cannot_read_is_refused_up_front(tmp_path: Path) -> None:
+    args = ["--entry", "entry.py:build", "--dump", "my dumps"]
+    bad = run_cli("verify", *pair("cnn", "migrated"), *args, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().startswith("error: --dump my dumps: msprobe reads only paths of")
+    assert not (tmp_path / "my dumps").exists()
 
 
 def test_progress_is_a_line_per_phase_when_piped(tmp_path: Path) -> None:
@@ -369,9 +395,15 @@ def test_planted_bugs_fail_at_the_module_whose_code_made_them(
     model: str, edits: dict, module: str, detail: str, tmp_path: Path
 ) -> None:
     tree = planted(tmp_path, model, edits)
-    code, data, output = verify(tmp_path, "--original", CASES / model / "original", "--migrated", tree)
+    dump = tmp_path / "dump"
+    original = CASES / model / "original"
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", tree, "--dump", dump)
     assert code == 1, output
     assert data["first_divergence"] == module, output
+    # msprobe's compare reads the same dumps and agrees, but for weights that differ where an
+    # Embedding's integer inputs agree: its verdict weighs outputs against inputs, never parameters
+    blind = module == "tok_emb"
+    assert msprobe_first_divergence(dump, tmp_path / "msprobe") == (None if blind else module)
     assert f"module outputs diverge first at {module}" + (f" ({detail})" if detail else "") in output
     assert data["rule"].startswith("tight (cpu vs cpu)")
 
