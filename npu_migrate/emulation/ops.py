@@ -573,8 +573,10 @@ def npu_fusion_attention(
                 f"{_FA}: actual_seq_qlen and actual_seq_kvlen must have one entry per sequence each"
             )
         bounds = list(zip(q_bounds, kv_bounds, strict=False))  # a batch missing from either list is skipped
-    block_q = max((end - start for (start, end), _ in bounds), default=s_q)
-    block_kv = max((end - start for _, (start, end) in bounds), default=s_kv)
+    # the longest sequence each side holds (written without max(..., default=), which torch.compile
+    # cannot trace: it would break the caller's graph at every call)
+    block_q = max([end - start for (start, end), _ in bounds] or [s_q])
+    block_kv = max([end - start for _, (start, end) in bounds] or [s_kv])
 
     if atten_mask is None and sparse_mode != 0:
         warnings.warn(
