@@ -89,12 +89,38 @@ def test_training_mode_catches_a_wrong_optimizer_setting(tmp_path: Path) -> None
     same = verify(tmp_path, *pair("gpt", "migrated"), "--steps", "3")
     assert same[0] == 0 and all(s["passed"] for s in same[1]["steps"])
     assert same[1]["memory"]["optimizer_original"] > 0
+    # the key bias's gradient is rounding noise that AdamW turns into full steps: not compared
+    assert any("gradients within rounding of zero" in w for w in same[1]["warnings"])
+
+
+def test_mixed_precision_training_is_held_to_the_precision_it_computes_in(tmp_path: Path) -> None:
+    """Under bfloat16 autocast the float32 gradients come out of bfloat16 matmuls; held to
+    float32's tolerance, a correct migration (SDPA to npu_fusion_attention) 'diverged at step 1'."""
+    trees = []
+    for side in ("original", "migrated"):
+        tree = Path(shutil.copytree(CASES / "gpt" / side, tmp_path / side))
+        model = tree / "model.py"
+        autocast = (
+            "    def forward(self, idx):\n"
+            "        with torch.autocast(idx.device.type, dtype=torch.bfloat16):\n"
+            "            return self.forward_bf16(idx)\n\n"
+            "    def forward_bf16(self, idx):\n"
+        )
+        model.write_text(model.read_text().replace("    def forward(self, idx):\n", autocast))
+        trees.append(tree)
+    code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[1], "--steps", "2")
+    assert code == 0, output
+    assert any(row["dtype"] == "bfloat16" for row in data["rows"])
+    assert all(step["passed"] and not step["failed_grads"] for step in data["steps"])
 
 
 def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
     code, data, output = verify(tmp_path, CASES / "gpt" / "original", "--unsafe", "--steps", "2")
     assert code == 0, output
     assert data["passed"] and len(data["steps"]) == 2
+    # the fused attention's emulation works in query blocks and the rule caches its causal mask:
+    # the migration costs about what the original does
+    assert data["memory"]["peak_ratio"] <= 1.5, data["memory"]
 
 
 def test_mismatched_weights_are_reported_plainly(tmp_path: Path) -> None:

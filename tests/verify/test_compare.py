@@ -1,0 +1,58 @@
+"""The verdict rules, unit by unit: what a tensor is held to, and what a training step's state is."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from npu_migrate.verify.compare import Thresholds, compare_runs, compare_tensors  # noqa: E402
+from npu_migrate.verify.protocol import SideReport, Step  # noqa: E402
+
+
+def side(rows: list[tuple[str, torch.Tensor]], steps: list[Step] | None = None) -> SideReport:
+    report = SideReport(device="cpu", emulated=False, backing="cpu")
+    report.rows = [(key, key, tensor) for key, tensor in rows]
+    report.output = [("", rows[-1][1])]
+    report.steps = steps or []
+    return report
+
+
+def test_a_scalar_is_not_constant_but_a_tensor_of_zeros_is() -> None:
+    loss = torch.tensor(2.5)
+    assert not compare_tensors("loss", "m", loss, loss, Thresholds(), True).uninformative
+    zeros = torch.zeros(3)
+    assert compare_tensors("head", "m", zeros, zeros, Thresholds(), True).uninformative
+
+
+def test_a_forward_that_computes_in_bfloat16_holds_its_float32_tensors_to_bfloat16() -> None:
+    torch.manual_seed(0)
+    hidden = torch.randn(64, dtype=torch.bfloat16)
+    residual = torch.randn(64)
+    off = residual * (1 + 2**-9)  # a bfloat16 rounding's worth: far beyond float32's 1e-4
+    fp32_only = compare_runs(side([("a", residual)]), side([("a", off)]), Thresholds(rule="tight"))
+    assert not fp32_only.passed
+    mixed = compare_runs(
+        side([("h", hidden), ("a", residual)]), side([("h", hidden), ("a", off)]), Thresholds(rule="tight")
+    )
+    assert mixed.passed and "at least bfloat16's" in mixed.rule
+
+
+def test_state_where_the_gradient_was_rounding_noise_is_left_out_and_said() -> None:
+    """A key bias: zero gradient in exact arithmetic, noise of either sign in practice; AdamW
+    moves it a full step either way. Where the gradient is real the state is still compared."""
+    grad_a = torch.tensor([1.0, -2.0, 1.5, 1e-11, -3e-12])
+    grad_b = torch.tensor([1.0, -2.0, 1.5, -2e-11, 4e-12])
+    after_a = torch.tensor([0.999, 0.001, 0.999, 0.999, 0.001])
+    after_b = torch.tensor([0.999, 0.001, 0.999, 0.001, 0.999])
+    steps_a = [Step(1.0, 1.0, {"bias": grad_a}, {"parameter bias": after_a}, 1.0)]
+    steps_b = [Step(1.0, 1.0, {"bias": grad_b}, {"parameter bias": after_b}, 1.0)]
+    rows = [("x", torch.randn(8))]
+    result = compare_runs(side(rows, steps_a), side(rows, steps_b), Thresholds(rule="tight"))
+    assert result.passed and result.steps[0]["noise_elements"] == 2
+    assert any("2 parameter element(s) had gradients within rounding of zero" in w for w in result.warnings)
+    wrong = after_b.clone()
+    wrong[0] = 0.5  # where the gradient was real, a different value still fails
+    steps_b[0].state["parameter bias"] = wrong
+    result = compare_runs(side(rows, steps_a), side(rows, steps_b), Thresholds(rule="tight"))
+    assert not result.passed and result.steps[0]["failed_state"] == ["parameter bias"]
