@@ -482,10 +482,11 @@ def test_training_compares_the_state_a_step_leaves(
     assert f"training diverges at step 1, first at {first}" in output
 
 
-def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) -> None:
+def test_dropout_is_off_when_training_is_compared_but_dropout_at_inference_fails(tmp_path: Path) -> None:
     """Module, functional and attention dropout draw different masks on the two sides (SDPA's
     dropout_p against npu_fusion_attention's keep_prob); a correct migration of code that uses
-    them must not 'diverge at step 1'."""
+    them must not 'diverge at step 1'. A migration that keeps attention dropout on at inference
+    (keep_prob without `if self.training`) fails."""
     model = (
         "import torch.nn.functional as F\n\n"
         "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
@@ -500,8 +501,13 @@ def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) 
         'torch_npu.npu_fusion_attention(q, q, q, 2, "BNSD", scale=0.5, '
         "keep_prob=0.8 if self.training else 1.0)[0]"
     )
+    always = fused.replace(" if self.training else 1.0", "")  # the bug: attention dropout at inference too
     trees = []
-    for name, header, attention in (("original", "", sdpa), ("migrated", "import torch_npu\n", fused)):
+    for name, header, attention in (
+        ("original", "", sdpa),
+        ("migrated", "import torch_npu\n", fused),
+        ("planted", "import torch_npu\n", always),
+    ):
         tree = write_tree(tmp_path / name, header + model.replace("ATTENTION", attention))
         entry = tree / "entry.py"
         entry.write_text(entry.read_text().replace(
@@ -514,6 +520,9 @@ def test_dropout_is_off_on_both_sides_when_training_is_compared(tmp_path: Path) 
     assert all(step["passed"] for step in data["steps"])
     assert "dropout is off on both sides" in " ".join(output.split())
     assert not any("random numbers" in w for w in data["warnings"]), "dropout off: nothing drawn"
+    code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[2])
+    assert code == 1 and data["first_divergence"] == "(model)", output
+    assert any("random numbers" in w for w in data["warnings"])
 
 
 def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_path: Path) -> None:
