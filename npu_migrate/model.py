@@ -68,6 +68,7 @@ class Finding:
     line: int
     column: int
     end_line: int
+    end_column: int  # 1-based, exclusive: the column just after the matched code
     code: str
     replacement: str | None  # the fixed code; None when the rule is report-only, or held
     applied: bool

@@ -1,6 +1,6 @@
 """The `npu-migrate` command line, one module per command; this module only registers them.
-Exit codes: 0 nothing to report, 1 findings (scan) or findings left for a human (apply),
-2 usage or tool error."""
+Exit codes (report/gate.py): 0 nothing at or above --fail-on, 1 findings at or above it (scan)
+or left at or above it (apply), 2 usage or tool error."""
 
 from __future__ import annotations
 

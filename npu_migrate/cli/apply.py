@@ -16,7 +16,8 @@ from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
-from npu_migrate.report.summary import Summary, all_findings
+from npu_migrate.report.gate import FailOn, tool_failure
+from npu_migrate.report.summary import Summary, all_findings, label
 from npu_migrate.report.written import as_written
 from npu_migrate.write import RefusedWrite, Written, write_outcomes
 
@@ -44,6 +45,8 @@ def apply(
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
+    fail_on: common.FailOnOption = FailOn.work,
+    exit_zero: common.ExitZero = False,
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
     source = RuleSource(rules or [])
@@ -88,7 +91,8 @@ def apply(
         + (f" into {out_dir}" if out_dir and not dry_run else "")
     )
     if left:
-        console.print(f"Left for a human ({len(left)}):")
+        notes = sum(label(f) == "note" for _, f in left)
+        console.print(f"Left as it is ({len(left) - notes} for a human, {notes} note(s)):")
         print_findings(console, left)
     print_problems(console, summary)
     for name, why in written.not_written.items():
@@ -97,8 +101,10 @@ def apply(
         console.print(f"[yellow]note[/] {escape(name)}: {escape(note)}")
     if not dry_run:
         console.print(f"change list: {csv_path} and {json_path}")
-    failed = summary.errors or written.not_written or summary.nothing_read
-    raise typer.Exit(2 if failed else 1 if left else 0)
+    failed = tool_failure(summary) or (
+        f"{len(written.not_written)} file(s) not written" if written.not_written else ""
+    )
+    common.finish([finding for _, finding in left], fail_on, exit_zero, failed)
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:

@@ -15,8 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from npu_migrate.cache import ResultCache
 from npu_migrate.discover import discover
-from npu_migrate.model import Applicability, FileOutcome, SourceFile
+from npu_migrate.model import Applicability, FileOutcome, Finding, SourceFile
 from npu_migrate.pipeline import RuleSource, default_jobs, run_rules, salt
+from npu_migrate.report.gate import FailOn, verdict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
@@ -49,6 +50,25 @@ NoCache = Annotated[
 Jobs = Annotated[
     int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: one per CPU).")
 ]
+
+FailOnOption = Annotated[
+    FailOn,
+    typer.Option(
+        "--fail-on",
+        help="Which findings make the exit code 1: work (all but notes), manual (only what a human "
+        "must do), error (only rules of severity error). Notes never fail.",
+    ),
+]
+ExitZero = Annotated[
+    bool, typer.Option("--exit-zero", help="Exit 0 even where findings remain (2 still means an error).")
+]
+
+
+def finish(findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "") -> NoReturn:
+    """End the run with the gate's exit code, and a last line on stderr that says what it means."""
+    code, meaning = verdict(findings, fail_on, exit_zero, failed)
+    err.print(meaning, style="dim" if code == 0 else None)
+    raise typer.Exit(code)
 
 
 def fail(text: str) -> NoReturn:

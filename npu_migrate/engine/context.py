@@ -43,6 +43,7 @@ class Match:
             line=where.start.line,
             column=where.start.column + 1,
             end_line=where.end.line,
+            end_column=where.end.column + 1,
             code=self.code,
             replacement=self.replacement,
             applied=self.applied,

@@ -63,11 +63,12 @@ class Summary:
                 total += 1
                 rule = finding.rule
                 fixable = finding.replacement is not None
-                column = rule.applicability.value if fixable else Applicability.manual.value
+                note = not fixable and rule.severity is Severity.info
+                column = rule.applicability.value if fixable else "note" if note else "manual"
                 by_category.setdefault(rule.category, Counter())[column] += 1
                 automatic += fixable and rule.applicability is Applicability.safe
                 opt_in += fixable and rule.applicability is Applicability.unsafe
-                if not fixable and rule.severity is Severity.info:
+                if note:
                     notes += 1
                 elif not fixable:
                     manual[outcome.file.display] += 1
@@ -110,6 +111,7 @@ def finding_dict(display: str, finding: Finding) -> dict:
         "line": finding.line,
         "column": finding.column,
         "end_line": finding.end_line,
+        "end_column": finding.end_column,
         "code": rule.code,
         "name": rule.name,
         "category": rule.category,

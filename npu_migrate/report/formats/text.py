@@ -48,10 +48,10 @@ def print_summary(console: Console, summary: Summary) -> None:
         return
     table = Table(title="CUDA touchpoints by category", title_justify="left")
     table.add_column("category")
-    for column in ("safe", "unsafe", "manual", "total"):
+    for column in ("safe", "unsafe", "manual", "note", "total"):
         table.add_column(column, justify="right")
     for category, counts in summary.by_category.items():
-        values = [counts.get(k, 0) for k in ("safe", "unsafe", "manual")]
+        values = [counts.get(k, 0) for k in ("safe", "unsafe", "manual", "note")]
         table.add_row(category, *map(str, values), str(sum(values)))
     console.print(table)
     console.print(

@@ -1,0 +1,67 @@
+"""The CI gate through the command line: notes never fail, `--fail-on` chooses what does,
+`--exit-zero` keeps the report without the failure, errors stay exit 2, and the last line says
+what the exit code means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fixture_cases import FIXTURES, run_cli
+from tests.test_cli import CUDA_FILE, project
+
+NOTE_ONLY = "import torch.nn as nn\n\nact = nn.GELU()\n"  # NPU908: a faster op exists, nothing to do
+
+
+def last_line(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+def test_a_migrated_repository_with_only_notes_left_passes(tmp_path: Path) -> None:
+    migrated = tmp_path / "migrated"
+    applied = run_cli(
+        "apply", FIXTURES / "verify" / "gpt" / "original", "--unsafe", "--out", migrated,
+        "--change-list", tmp_path / "changes.csv", cwd=tmp_path,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert "Left as it is (0 for a human, 1 note(s))" in applied.stdout
+    scan = run_cli("scan", migrated, cwd=tmp_path)
+    assert scan.returncode == 0, scan.stdout
+    assert "NPU908 [note]" in scan.stdout and "0 need a human, 2 note(s)" in scan.stdout
+    assert last_line(scan.stderr) == "exit 0: nothing at or above --fail-on work; 2 note(s), which never fail"
+
+
+def test_fail_on_chooses_which_findings_fail(tmp_path: Path) -> None:
+    root = project(tmp_path, {"note.py": NOTE_ONLY})
+    assert run_cli("scan", root, cwd=tmp_path).returncode == 0
+    (root / "cuda.py").write_text(CUDA_FILE)  # two findings with a safe fix
+    work = run_cli("scan", root, cwd=tmp_path)
+    assert work.returncode == 1
+    assert last_line(work.stderr) == (
+        "exit 1: 2 finding(s) at or above --fail-on work; 1 note(s), which never fail"
+    )
+    manual = run_cli("scan", root, "--fail-on", "manual", cwd=tmp_path)
+    assert manual.returncode == 0, "what apply fixes is no human's work"
+    (root / "smi.py").write_text("import pynvml\n")  # NPU808: NVIDIA's driver queries, a human's work
+    manual = run_cli("scan", root, "--fail-on", "manual", cwd=tmp_path)
+    assert manual.returncode == 1
+    assert last_line(manual.stderr).startswith("exit 1: 1 finding(s) at or above --fail-on manual")
+    bad = run_cli("scan", root, "--fail-on", "sometimes", cwd=tmp_path)
+    assert bad.returncode == 2 and "'sometimes' is not one of 'work', 'manual', 'error'" in bad.stderr
+
+
+def test_exit_zero_reports_but_passes_and_errors_still_fail(tmp_path: Path) -> None:
+    root = project(tmp_path, {"cuda.py": CUDA_FILE})
+    result = run_cli("scan", root, "--exit-zero", cwd=tmp_path)
+    assert result.returncode == 0 and "NPU103" in result.stdout
+    assert last_line(result.stderr) == "exit 0 (--exit-zero): 2 finding(s) at or above --fail-on work"
+    (root / "broken.py").write_text("x = torch.cuda.synchronize(\n")
+    broken = run_cli("scan", root, "--exit-zero", cwd=tmp_path)
+    assert broken.returncode == 2
+    assert last_line(broken.stderr) == "exit 2: 1 file(s) could not be parsed (left untouched)"
+
+
+def test_apply_fails_only_on_what_it_leaves_undone(tmp_path: Path) -> None:
+    root = project(tmp_path, {"cuda.py": CUDA_FILE, "note.py": NOTE_ONLY})
+    done = run_cli("apply", root, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert last_line(done.stderr) == "exit 0: nothing at or above --fail-on work; 1 note(s), which never fail"
