@@ -23,7 +23,7 @@ def test_a_migrated_repository_with_only_notes_left_passes(tmp_path: Path) -> No
         "--change-list", tmp_path / "changes.csv", cwd=tmp_path,
     )  # fmt: skip
     assert applied.returncode == 0, applied.stderr
-    assert "Left as it is (0 for a human, 1 note(s))" in applied.stdout
+    assert "Left as it is (1: 1 note):" in applied.stdout
     scan = run_cli("scan", migrated, cwd=tmp_path)
     assert scan.returncode == 0, scan.stdout
     assert "NPU908 [note]" in scan.stdout and "0 need a human, 2 note(s)" in scan.stdout

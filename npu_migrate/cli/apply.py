@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -91,8 +92,8 @@ def apply(
         + (f" into {out_dir}" if out_dir and not dry_run else "")
     )
     if left:
-        notes = sum(label(f) == "note" for _, f in left)
-        console.print(f"Left as it is ({len(left) - notes} for a human, {notes} note(s)):")
+        kinds = Counter(label(finding) for _, finding in left).most_common()
+        console.print(f"Left as it is ({len(left)}: {', '.join(f'{n} {kind}' for kind, n in kinds)}):")
         print_findings(console, left)
     print_problems(console, summary)
     for name, why in written.not_written.items():
