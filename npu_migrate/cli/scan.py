@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Annotated
-
-import typer
-
-from npu_migrate.cli import common
+from npu_migrate.cli import common, output
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.pipeline import RuleSource
-from npu_migrate.report.formats import FORMATS
+from npu_migrate.report.formats import Report
 from npu_migrate.report.gate import FailOn, tool_failure
 from npu_migrate.report.summary import Summary
-
-Format = Enum("Format", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 
 
 def scan(
     paths: common.PathsArgument,
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "text",  # type: ignore[assignment]
+    format: output.FormatOption = None,
+    output_file: output.OutputFile = None,
     rules: common.RulesOption = None,
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
@@ -28,9 +22,11 @@ def scan(
     exit_zero: common.ExitZero = False,
 ) -> None:
     """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
+    chosen = output.destinations(format, output_file)
     files = common.find_files(paths, max_size)
     outcomes = common.run(files, RuleSource(rules or []), frozenset(), jobs, use_cache=not no_cache)
     summary = Summary.of(outcomes)
-    FORMATS[Format(format).value](common.out, outcomes, summary)
+    catalog = {rule.code: rule for rule in common.load(rules)}
+    output.write_reports(chosen, Report(outcomes, summary, catalog, fail_on))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
     common.finish(findings, fail_on, exit_zero, tool_failure(summary))

@@ -1,6 +1,6 @@
 """Real models, from their published sources, migrated by `verify TREE --unsafe` and held to the
 tight rule on the emulation; a bug planted in one's migrated copy is found where it was planted.
-The sources are fetched once (tests/real_models/sources.py); their imports come with the dev extra."""
+The sources are fetched once (tests/sources.py); their imports come with the dev extra."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import sources
 from tests.fixture_cases import run_cli
-from tests.real_models import sources
-from tests.real_models.sources import Release
+from tests.sources import Release
 
 pytest.importorskip("torch")
 
-ENTRIES = Path(sources.__file__).parent / "entries"
+ENTRIES = Path(__file__).resolve().parents[1] / "real_models" / "entries"
 
 
 @dataclass(frozen=True)

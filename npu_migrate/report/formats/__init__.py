@@ -1,19 +1,47 @@
-"""Output formats, one module each behind this registry: a format is a `write(console,
-outcomes, summary)` function. Nothing else in the tool knows about formats."""
+"""Output formats, one module each behind this registry: a format is a `write(console, report)`
+function. Nothing else in the tool knows about formats."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from npu_migrate.model import FileOutcome
-from npu_migrate.report.formats import json, text
+from npu_migrate.report.gate import FailOn
 from npu_migrate.report.summary import Summary
 
-Writer = Callable[[Console, list[FileOutcome], Summary], None]
+if TYPE_CHECKING:
+    from npu_migrate.rules.schema import Rule
 
-FORMATS: dict[str, Writer] = {
-    "text": text.write,
-    "json": json.write,
-}
+
+@dataclass(frozen=True)
+class Report:
+    """What a run found, for a format to write."""
+
+    outcomes: list[FileOutcome]
+    summary: Summary
+    rules: Mapping[str, Rule]  # by code: the rule files' metadata (SARIF's rule descriptions)
+    fail_on: FailOn = FailOn.work  # which findings fail the gate (JUnit's failures)
+
+
+Writer = Callable[[Console, Report], None]
+
+
+def _formats() -> dict[str, Writer]:
+    from npu_migrate.report.formats import csv, github, gitlab, json, junit, sarif, text
+
+    return {
+        "text": text.write,
+        "json": json.write,
+        "sarif": sarif.write,
+        "github": github.write,
+        "gitlab": gitlab.write,
+        "junit": junit.write,
+        "csv": csv.write,
+    }
+
+
+FORMATS = _formats()

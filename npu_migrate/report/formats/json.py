@@ -1,4 +1,5 @@
-"""Every finding as a JSON record, and the summary."""
+"""Every finding as a JSON record (with its end column, fingerprint and the rule's page in the
+catalog), and the summary."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import json
 
 from rich.console import Console
 
-from npu_migrate.model import FileOutcome
-from npu_migrate.report.summary import Summary, all_findings, finding_dict
+from npu_migrate.report.fingerprint import docs_anchor, fingerprints
+from npu_migrate.report.formats import Report
+from npu_migrate.report.summary import finding_dict
 
 
-def write(console: Console, outcomes: list[FileOutcome], summary: Summary) -> None:
-    findings = [finding_dict(display, finding) for display, finding in all_findings(outcomes)]
-    console.file.write(json.dumps({"findings": findings, "summary": summary.as_dict()}, indent=2) + "\n")
+def write(console: Console, report: Report) -> None:
+    prints = fingerprints(report.outcomes)
+    findings = [
+        {**finding_dict(o.file.display, f), "fingerprint": prints[id(f)], "docs": docs_anchor(f)}
+        for o in report.outcomes
+        for f in o.result.findings
+    ]
+    data = {"findings": findings, "summary": report.summary.as_dict()}
+    console.file.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -7,13 +7,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from npu_migrate.discover import printable
-from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.model import Finding
+from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import Summary, all_findings, label, message
 
 
-def write(console: Console, outcomes: list[FileOutcome], summary: Summary) -> None:
-    print_findings(console, all_findings(outcomes))
-    print_summary(console, summary)
+def write(console: Console, report: Report) -> None:
+    print_findings(console, all_findings(report.outcomes))
+    print_summary(console, report.summary)
 
 
 def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> None:

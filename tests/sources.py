@@ -1,6 +1,6 @@
-"""Real projects' published code, fetched once from PyPI (pinned by URL and sha256) and unpacked
-into a cache shared by every test run: the way a user's checkout arrives, with no one here having
-written or trimmed it."""
+"""Published files the tests need, fetched once from PyPI (pinned by URL and sha256) and unpacked
+into a cache shared by every test run: real projects' code, the way a user's checkout arrives
+with no one here having written or trimmed it, and the SARIF schema."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Release:
 
     url: str
     sha256: str
-    package: str  # the package's folder, relative to the archive's top
+    package: str  # the folder wanted, relative to the archive's top
 
     @property
     def name(self) -> str:
@@ -46,6 +46,11 @@ LITGPT = Release(
     "77be78814d0334e8e32ee6dac417e9718ebad45529458995ca255af24cf15cf3",
     "litgpt-0.5.13/litgpt",
 )
+SARIF_SCHEMA = Release(  # OASIS's SARIF 2.1.0 JSON Schema, as a SARIF tool's tests carry it
+    f"{FILES}/38/00/3f3b0c63fc1ed360bb96c158d919c6a6337aedb1b41952418dd43d507e25/iam_sarif_report-2.3.6.tar.gz",
+    "2aa26412a7514dd2e94a2bcbc07862ce39956daaa28ab9993034dc4e1a0abeed",
+    "iam_sarif_report-2.3.6/tests/data",
+)
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
@@ -54,7 +59,7 @@ DIFFUSERS = Release(
 
 
 def fetch(release: Release) -> Path:
-    """The release's package folder, downloaded and unpacked on first use."""
+    """The release's folder, downloaded and unpacked on first use."""
     target = CACHE / release.name.removesuffix(".tar.gz").removesuffix(".whl")
     if not target.is_dir():
         CACHE.mkdir(parents=True, exist_ok=True)

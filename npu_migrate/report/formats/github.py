@@ -1,0 +1,30 @@
+"""GitHub Actions workflow commands: each finding an annotation on its lines in the pull request."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from npu_migrate.model import Severity
+from npu_migrate.report.formats import Report
+from npu_migrate.report.summary import label, message
+
+COMMAND = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
+
+
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def write(console: Console, report: Report) -> None:
+    for outcome in report.outcomes:
+        for f in outcome.result.findings:
+            where = (
+                f"file={_property(outcome.file.display)},line={f.line},col={f.column},"
+                f"endLine={f.end_line},endColumn={f.end_column}"
+            )
+            title = _property(f"{f.rule.code} [{label(f)}]")
+            console.file.write(f"::{COMMAND[f.rule.severity]} {where},title={title}::{_data(message(f))}\n")

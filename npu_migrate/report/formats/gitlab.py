@@ -1,0 +1,39 @@
+"""GitLab code quality (a JSON list of issues, as `artifacts:reports:codequality` reads it)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from npu_migrate.model import Finding, Severity
+from npu_migrate.report.fingerprint import fingerprints
+from npu_migrate.report.formats import Report
+from npu_migrate.report.summary import label, message
+
+
+def severity(finding: Finding) -> str:
+    """Notes are info; work a rule fixes is minor; what a human must do is major (critical for a
+    rule of severity error)."""
+    kind = label(finding)
+    if kind == "note":
+        return "info"
+    if kind in ("safe", "unsafe"):
+        return "minor"
+    return "critical" if finding.rule.severity is Severity.error else "major"
+
+
+def write(console: Console, report: Report) -> None:
+    prints = fingerprints(report.outcomes)
+    issues = [
+        {
+            "description": f"{f.rule.code} {message(f)}",
+            "check_name": f.rule.code,
+            "fingerprint": prints[id(f)],
+            "severity": severity(f),
+            "location": {"path": o.file.display, "lines": {"begin": f.line, "end": f.end_line}},
+        }
+        for o in report.outcomes
+        for f in o.result.findings
+    ]
+    console.file.write(json.dumps(issues, indent=2, ensure_ascii=False) + "\n")

@@ -1,0 +1,36 @@
+"""JUnit XML, for CI systems that show test reports: a test suite per file, a test case per
+finding, failed where the finding fails the gate (--fail-on; notes never do)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from rich.console import Console
+
+from npu_migrate.report.formats import Report
+from npu_migrate.report.summary import label, message
+
+
+def write(console: Console, report: Report) -> None:
+    suites = ET.Element("testsuites", name="npu-migrate")
+    total = failed = 0
+    for outcome in report.outcomes:
+        findings = outcome.result.findings
+        if not findings:
+            continue
+        failing = [f for f in findings if report.fail_on.fails(f)]
+        suite = ET.SubElement(suites, "testsuite", name=outcome.file.display)
+        suite.set("tests", str(len(findings)))
+        suite.set("failures", str(len(failing)))
+        for f in findings:
+            name = f"{f.rule.code} at {f.line}:{f.column}"
+            case = ET.SubElement(suite, "testcase", name=name, classname=outcome.file.display)
+            if f in failing:
+                failure = ET.SubElement(case, "failure", message=message(f), type=label(f))
+                failure.text = f"{outcome.file.display}:{f.line}:{f.column}: {f.rule.code} {message(f)}"
+        total += len(findings)
+        failed += len(failing)
+    suites.set("tests", str(total))
+    suites.set("failures", str(failed))
+    ET.indent(suites)
+    console.file.write(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")

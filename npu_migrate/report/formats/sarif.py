@@ -1,0 +1,110 @@
+"""SARIF 2.1.0, as GitHub code scanning reads it: the rules with their pages as help, each
+finding with its region, a fingerprint that survives edits above it, and the fix where the rule
+has one (a replacement of the finding's region)."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from npu_migrate.model import Finding, Severity
+from npu_migrate.report.fingerprint import fingerprints
+from npu_migrate.report.formats import Report
+from npu_migrate.report.summary import label, message
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
+
+
+def write(console: Console, report: Report) -> None:
+    codes = sorted({f.rule.code for o in report.outcomes for f in o.result.findings})
+    index = {code: i for i, code in enumerate(codes)}
+    prints = fingerprints(report.outcomes)
+    results = [
+        _result(o.file.display, f, index[f.rule.code], prints[id(f)])
+        for o in report.outcomes
+        for f in o.result.findings
+    ]
+    log = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "npu-migrate",
+                        "version": version("npu-migrate"),
+                        "rules": [_rule(code, report) for code in codes],
+                    }
+                },
+                "results": results,
+                "invocations": [
+                    {
+                        "executionSuccessful": not report.summary.errors,
+                        "toolExecutionNotifications": [
+                            {"level": "error", "message": {"text": f"{name}: {error} (file left untouched)"}}
+                            for name, error in report.summary.errors
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    console.file.write(json.dumps(log, indent=2, ensure_ascii=False) + "\n")
+
+
+def _rule(code: str, report: Report) -> dict[str, Any]:
+    rule = report.rules.get(code)
+    if rule is None:  # a rule that is no longer loaded: its code alone
+        return {"id": code}
+    from npu_migrate.rules.docs import rule_page
+
+    return {
+        "id": code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.why.strip()},
+        "help": {"text": rule.why.strip(), "markdown": rule_page(rule)},
+        "defaultConfiguration": {"level": LEVEL[rule.severity]},
+        "properties": {"category": rule.category, "applicability": rule.applicability.value},
+    }
+
+
+def _result(display: str, finding: Finding, rule_index: int, fingerprint: str) -> dict[str, Any]:
+    path = Path(display)  # relative to where the scan started, as code scanning expects; else a file URI
+    location = {"uri": path.as_uri() if path.is_absolute() else path.as_posix()}
+    region = {
+        "startLine": finding.line,
+        "startColumn": finding.column,
+        "endLine": finding.end_line,
+        "endColumn": finding.end_column,
+    }
+    result: dict[str, Any] = {
+        "ruleId": finding.rule.code,
+        "ruleIndex": rule_index,
+        "level": LEVEL[finding.rule.severity],
+        "kind": "informational" if label(finding) == "note" else "fail",
+        "message": {"text": message(finding)},
+        "locations": [{"physicalLocation": {"artifactLocation": location, "region": region}}],
+        "partialFingerprints": {"npuMigrate/v1": fingerprint},
+        "properties": {"label": label(finding), "applied": finding.applied},
+    }
+    if finding.replacement is not None and not finding.applied:
+        result["fixes"] = [
+            {
+                "description": {"text": f"{finding.rule.code}: {label(finding)} fix"},
+                "artifactChanges": [
+                    {
+                        "artifactLocation": location,
+                        "replacements": [
+                            {"deletedRegion": region, "insertedContent": {"text": finding.replacement}}
+                        ],
+                    }
+                ],
+            }
+        ]
+    return result

@@ -1,1 +1,0 @@
-"""Real models' published sources with entries for `npu-migrate verify` (see sources.py)."""
