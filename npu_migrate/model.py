@@ -84,6 +84,8 @@ class FileResult:
     removed_imports: list[tuple[int, str]] = field(default_factory=list)  # (line, qualified name)
     added_helpers: list[tuple[int, str]] = field(default_factory=list)  # (line, function name)
     overridden: list[str] = field(default_factory=list)  # codes of catalog findings a user rule replaced
+    suppressed: int = 0  # findings a suppression comment silenced (neither reported nor fixed)
+    unused_suppressions: list[int] = field(default_factory=list)  # lines of comments that silenced nothing
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # set when the file could not be parsed
 
@@ -113,6 +115,8 @@ class FileResult:
             removed_imports=[(line, name) for line, name in data["removed_imports"]],
             added_helpers=[(line, name) for line, name in data["added_helpers"]],
             overridden=data["overridden"],
+            suppressed=data["suppressed"],
+            unused_suppressions=data["unused_suppressions"],
             new_source=None if new_source is None else new_source.encode("latin-1"),
             error=data["error"],
         )

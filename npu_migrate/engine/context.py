@@ -16,6 +16,7 @@ from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.holds import guard_test, subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import Applicability, Finding, Severity
 from npu_migrate.rules.precedence import compare
 
@@ -35,6 +36,7 @@ class Match:
     replacement: str | None
     applied: bool
     held: str | None = None  # why the rule's fix is held back here (engine.holds)
+    suppressed: bool = False  # a suppression comment covers it: not reported, not fixed
 
     def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
         where = positions[self.node]
@@ -59,8 +61,12 @@ class FileContext:
         plan: ImportPlan,
         enabled: frozenset[Applicability],
         words: Collection[str] = (),
+        suppressions: Suppressions | None = None,
+        spans: Mapping[cst.CSTNode, CodeRange] | None = None,
     ) -> None:
         self.module = module
+        self.suppressions = suppressions
+        self.spans = spans or {}  # where each node is, where the file has suppressions
         self.words = words  # of the whole file (the module may hold only its regions)
         self.table = table
         self.plan = plan
@@ -117,9 +123,18 @@ class FileContext:
             if not m.candidate.rule.only_with or present.intersection(m.candidate.rule.only_with)
         ]
 
-    def record(self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: str | None) -> None:
+    def suppression(self, node: cst.CSTNode, code: str) -> str | None:
+        """Why a match of `code` on `node` is suppressed by a comment, or None."""
+        if self.suppressions is None or node not in self.spans:
+            return None
+        where = self.spans[node]
+        return self.suppressions.reason(code, where.start.line, where.end.line)
+
+    def record(
+        self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: str | None, suppressed: bool
+    ) -> None:
         """A match; `held`: why its fix, if it has one, is held back."""
-        held = held if candidate.fixed is not None else None
+        held = held if candidate.fixed is not None or suppressed else None
         self.matches.append(
             Match(
                 candidate=candidate,
@@ -128,6 +143,7 @@ class FileContext:
                 replacement=None if held else _code_of_fixed(self.module, candidate.fixed),
                 applied=applied,
                 held=held,
+                suppressed=suppressed,
             )
         )
 

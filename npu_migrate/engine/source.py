@@ -13,10 +13,11 @@ import re
 import sys
 import tokenize
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
 from npu_migrate.engine.context import FileContext, Match
 from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
@@ -33,6 +34,7 @@ from npu_migrate.engine.regions import (
     regions,
     split_lines,
 )
+from npu_migrate.engine.suppressions import MARKER, Suppressions
 from npu_migrate.engine.transformer import Transformer
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
 from npu_migrate.prefilter import accessed, word_counts
@@ -49,7 +51,7 @@ def migrate_source(
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
     if not index.prefilter.may_match(text, counts.keys() | _spelled_by_the_module(text, where)):
-        return FileResult()
+        return FileResult(unused_suppressions=Suppressions.of(source).unused() if MARKER in source else [])
     found = scan_regions(source, index, enabled, counts, where)
     if found is not None and not any(f.applied for f in found.findings):
         return found
@@ -84,7 +86,7 @@ def scan_regions(
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
     libcst will not parse)."""
-    if index.anchors.anywhere:
+    if index.anchors.anywhere or MARKER in source:  # suppressions need the whole file's positions
         return None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
@@ -146,12 +148,18 @@ def migrate_whole(
         return FileResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module, where)
     words = word_counts(source.decode("latin-1")) if words is None else words
-    ctx = _match(module, table, index.names.plan(table), index, enabled, words)
+    suppressions = Suppressions.of(source) if MARKER in source else None
+    spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
+    ctx = _match(module, table, index.names.plan(table), index, enabled, words, suppressions, spans_before)
     rewritten = ctx.rewritten
-    result = FileResult(overridden=ctx.overridden)
-    if not ctx.matches:
+    result = FileResult(
+        overridden=ctx.overridden,
+        suppressed=sum(m.suppressed for m in ctx.matches),
+        unused_suppressions=suppressions.unused() if suppressions else [],
+    )
+    matches: list[Match] = [m for m in ctx.matches if not m.suppressed]
+    if not matches:
         return result
-    matches: list[Match] = ctx.matches
     spans = positions(module, [m.node for m in matches] + list(table.imports))
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports, table)
@@ -186,15 +194,17 @@ def _match(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     words: Collection[str],
+    suppressions: Suppressions | None = None,
+    spans: Mapping[cst.CSTNode, CodeRange] | None = None,
 ) -> FileContext:
     """The one pass over a module (a whole file or its regions; `words`: the whole file's): the
     context holds what it found."""
-    ctx = FileContext(module, table, plan, enabled, words)
+    ctx = FileContext(module, table, plan, enabled, words, suppressions, spans)
     ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
     ctx.drop_unaccompanied()
     kept = ctx.bindings_to_keep()
     if kept is not None:  # rare: a renamed import keeps its old name; the pass runs again knowing it
-        return _match(module, table, kept, index, enabled, words)
+        return _match(module, table, kept, index, enabled, words, suppressions, spans)
     return ctx
 
 
@@ -287,3 +297,16 @@ def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:
     except ValueError:
         pass
     return f"line {exc.raw_line}: cannot parse: {exc.message.splitlines()[0]}"
+
+
+def _all_nodes(module: cst.Module) -> list[cst.CSTNode]:
+    """Every node of the module, for positions known before the pass (suppressions need them)."""
+    nodes: list[cst.CSTNode] = []
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nodes.append(node)
+            return True
+
+    module.visit(Collect())
+    return nodes

@@ -140,7 +140,8 @@ class Transformer(cst.CSTTransformer):
             candidates = [c for c in candidates if not c.rule.last_resort]
         winners = self.ctx.settle(candidates)
         zone = self.zones[-1][1] if self.zones else None
-        holds = {id(w): zone or w.held or self.ctx.file_hold(w.rule) for w in winners}
+        suppressed = {id(w): self.ctx.suppression(original_node, w.rule.code) for w in winners}
+        holds = {id(w): suppressed[id(w)] or zone or w.held or self.ctx.file_hold(w.rule) for w in winners}
         applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node
@@ -148,7 +149,9 @@ class Transformer(cst.CSTTransformer):
             for hoist in winner.hoists:
                 self.hoists.setdefault(hoist.line, {})[hoist.name] = hoist
         for winner in winners:
-            self.ctx.record(original_node, winner, applied=winner in applied, held=holds[id(winner)])
+            self.ctx.record(
+                original_node, winner, winner in applied, holds[id(winner)], bool(suppressed[id(winner)])
+            )
         if not owner:
             return updated_node
         composed = owner.compose(updated_node, applied)

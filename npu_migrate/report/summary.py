@@ -37,6 +37,8 @@ class Summary:
     skipped: list[tuple[str, str]]
     errors: list[tuple[str, str]]
     overridden: dict[str, int]  # catalog rule code -> findings a user rule replaced
+    suppressed: int  # findings silenced by suppression comments
+    unused_suppressions: list[tuple[str, int]]  # (file, line) of comments that silenced nothing
 
     @property
     def nothing_read(self) -> bool:
@@ -84,6 +86,8 @@ class Summary:
             skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
             errors=[(o.file.display, o.result.error) for o in outcomes if o.result.error],
             overridden=dict(sorted(overridden.items())),
+            suppressed=sum(o.result.suppressed for o in outcomes),
+            unused_suppressions=[(o.file.display, n) for o in outcomes for n in o.result.unused_suppressions],
         )
 
     def as_dict(self) -> dict:
@@ -101,6 +105,8 @@ class Summary:
             "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
             "errors": [{"file": f, "error": e} for f, e in self.errors],
             "overridden": self.overridden,
+            "suppressed": self.suppressed,
+            "unused_suppressions": [{"file": f, "line": n} for f, n in self.unused_suppressions],
         }
 
 

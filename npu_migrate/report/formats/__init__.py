@@ -23,7 +23,7 @@ class Report:
 
     outcomes: list[FileOutcome]
     summary: Summary
-    rules: Mapping[str, Rule]  # by code: the rule files' metadata (SARIF's rule descriptions)
+    rules: Callable[[], Mapping[str, Rule]]  # by code, loaded when a format asks (SARIF's descriptions)
     fail_on: FailOn = FailOn.work  # which findings fail the gate (JUnit's failures)
 
 

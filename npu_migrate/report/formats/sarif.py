@@ -58,7 +58,7 @@ def write(console: Console, report: Report) -> None:
 
 
 def _rule(code: str, report: Report) -> dict[str, Any]:
-    rule = report.rules.get(code)
+    rule = report.rules().get(code)
     if rule is None:  # a rule that is no longer loaded: its code alone
         return {"id": code}
     from npu_migrate.rules.docs import rule_page

@@ -36,6 +36,8 @@ def print_problems(console: Console, summary: Summary) -> None:
         console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
     for display, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {display}: {reason}")
+    for display, line in summary.unused_suppressions:
+        console.print(f"[yellow]unused suppression[/] {display}:{line}: it suppresses nothing; remove it")
 
 
 def print_summary(console: Console, summary: Summary) -> None:
@@ -61,6 +63,8 @@ def print_summary(console: Console, summary: Summary) -> None:
         f"{summary.opt_in} more with --unsafe, "
         f"{summary.manual} need a human, {summary.notes} note(s).",
     )
+    if summary.suppressed:
+        console.print(f"{summary.suppressed} finding(s) suppressed by `# npu-migrate: ignore` comments.")
     if summary.overridden:
         total = sum(summary.overridden.values())
         codes = ", ".join(f"{code} ({n})" for code, n in summary.overridden.items())

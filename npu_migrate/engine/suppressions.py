@@ -1,0 +1,64 @@
+"""Suppression comments: `# npu-migrate: ignore[NPU101, NPU103]` on a line a finding spans (or
+`# npu-migrate: ignore` for every rule), `# npu-migrate: ignore-file[...]` anywhere for the whole
+file. A suppressed finding is neither reported nor fixed (its code is held as it is), and a
+suppression that suppresses nothing is reported, so that stale ones do not pile up."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+
+MARKER = b"npu-migrate:"  # no file without it has a suppression: the cheap test
+_COMMENT = re.compile(r"#\s*npu-migrate:\s*ignore(?P<file>-file)?(?:\[(?P<codes>[^\]]*)\])?")
+
+
+@dataclass(frozen=True)
+class Suppression:
+    line: int
+    codes: frozenset[str] | None  # None: every rule
+    whole_file: bool
+
+    def covers(self, code: str, start: int, end: int) -> bool:
+        return (self.whole_file or start <= self.line <= end) and (self.codes is None or code in self.codes)
+
+    @property
+    def text(self) -> str:
+        codes = f"[{', '.join(sorted(self.codes))}]" if self.codes is not None else ""
+        return f"# npu-migrate: ignore{'-file' if self.whole_file else ''}{codes}"
+
+
+@dataclass
+class Suppressions:
+    """A file's suppression comments, and which of them suppressed something in this run."""
+
+    found: list[Suppression]
+    used: set[Suppression] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, source: bytes) -> Suppressions:
+        """The comments (COMMENT tokens only: the text inside a string suppresses nothing)."""
+        found = []
+        try:
+            for token in tokenize.tokenize(io.BytesIO(source).readline):
+                if token.type == tokenize.COMMENT and (match := _COMMENT.search(token.string)):
+                    found.append(Suppression(token.start[0], _codes(match["codes"]), bool(match["file"])))
+        except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+            pass  # the file does not tokenize: the parse reports it
+        return cls(found)
+
+    def reason(self, code: str, start: int, end: int) -> str | None:
+        """Why a finding of `code` over lines start..end is suppressed, or None."""
+        for suppression in self.found:
+            if suppression.covers(code, start, end):
+                self.used.add(suppression)
+                return f"suppressed by `{suppression.text}` on line {suppression.line}"
+        return None
+
+    def unused(self) -> list[int]:
+        return sorted(s.line for s in self.found if s not in self.used)
+
+
+def _codes(listed: str | None) -> frozenset[str] | None:
+    return None if listed is None else frozenset(c.strip().upper() for c in listed.split(",") if c.strip())

@@ -1,0 +1,77 @@
+"""Suppression comments through the command line: what they silence is neither reported nor
+fixed, strings are not comments, stale ones are reported, and --add-ignore adopts a legacy
+repository in one run without touching anything else."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+from tests.fixture_cases import FIXTURES, run_cli
+from tests.test_cli import project
+
+CODE = (
+    "import torch\n\n"
+    "x = torch.zeros(2).cuda()  # npu-migrate: ignore[NPU103]\n"
+    "torch.cuda.synchronize()  # npu-migrate: ignore\n"
+    "y = torch.ones(2).cuda()  # npu-migrate: ignore[NPU101]\n"
+    's = "# npu-migrate: ignore"; z = torch.ones(3).cuda()\n'
+)
+
+
+def scan_json(root: Path) -> dict:
+    return json.loads(run_cli("scan", ".", "--format", "json", cwd=root).stdout)
+
+
+def test_suppressed_findings_are_neither_reported_nor_fixed(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CODE})
+    data = scan_json(root)
+    assert [(f["line"], f["code"]) for f in data["findings"]] == [(5, "NPU103"), (6, "NPU103")]
+    assert data["summary"]["suppressed"] == 2
+    assert data["summary"]["unused_suppressions"] == [{"file": "a.py", "line": 5}]
+    text = run_cli("scan", ".", cwd=root)
+    assert "unused suppression a.py:5: it suppresses nothing; remove it" in text.stdout
+    applied = run_cli("apply", "a.py", "--change-list", tmp_path / "c.csv", cwd=root)
+    assert applied.returncode == 0, applied.stdout
+    lines = (root / "a.py").read_text().splitlines()
+    assert lines[3:5] == CODE.splitlines()[2:4], "suppressed lines stay as they were"
+    assert lines[5] == "y = torch.ones(2).npu()  # npu-migrate: ignore[NPU101]"
+
+
+def test_a_file_level_suppression_covers_the_file(tmp_path: Path) -> None:
+    code = "# npu-migrate: ignore-file[NPU103]\nimport torch\n\nx = torch.zeros(2).cuda()\n"
+    code += "torch.cuda.synchronize()\n"
+    root = project(tmp_path, {"a.py": code})
+    assert [f["code"] for f in scan_json(root)["findings"]] == ["NPU101"]
+
+
+def test_add_ignore_adopts_a_legacy_repository(tmp_path: Path) -> None:
+    legacy = tmp_path / "legacy"
+    shutil.copytree(FIXTURES / "cnn_dp" / "src", legacy)
+    first = run_cli("scan", ".", "--add-ignore", cwd=legacy)
+    assert first.returncode == 0, first.stderr
+    assert "added suppressions on 28 line(s) in 2 file(s)" in first.stderr
+    again = run_cli("scan", ".", cwd=legacy)
+    assert again.returncode == 0 and "30 finding(s) suppressed" in again.stdout
+    assert run_cli("scan", ".", "--add-ignore", cwd=legacy).stderr.count("on 0 line(s)") == 1
+    for path in legacy.glob("*.py"):
+        original = (FIXTURES / "cnn_dp" / "src" / path.name).read_text().splitlines()
+        now = path.read_text().splitlines()
+        ast.parse(path.read_text())
+        assert len(now) == len(original)
+        for new, old in zip(now, original, strict=True):
+            assert new == old or new.startswith(old.rstrip() + "  # npu-migrate: ignore["), "a comment only"
+
+
+def test_a_comment_goes_where_one_can_stand(tmp_path: Path) -> None:
+    code = "import torch\n\nx = torch.zeros(2) \\\n    .cuda()\n"
+    code += "msg = '''\ntext'''; torch.cuda.synchronize()\n"
+    root = project(tmp_path, {"a.py": code})
+    result = run_cli("scan", ".", "--add-ignore", cwd=root)
+    assert result.returncode == 0, result.stderr
+    written = (root / "a.py").read_text()
+    ast.parse(written)
+    assert "    .cuda()  # npu-migrate: ignore[NPU103]\n" in written, "not after the backslash"
+    assert "text'''; torch.cuda.synchronize()  # npu-migrate: ignore[NPU101]\n" in written
