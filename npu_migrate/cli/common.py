@@ -91,6 +91,17 @@ def load(extra: list[Path] | None) -> list[Rule]:
         fail(str(exc))
 
 
+def existing(paths: list[Path]) -> list[Path]:
+    """The paths that exist. A list of several (a change's files) may name deleted ones: each is
+    skipped with a note; a single path that does not exist is an error (a typo)."""
+    if len(paths) < 2:
+        return paths
+    for path in paths:
+        if not path.exists():
+            err.print(f"[yellow]skipped[/] {escape(str(path))}: no such file or folder (deleted?)")
+    return [p for p in paths if p.exists()]
+
+
 def find_files(paths: list[Path], max_size: int) -> list[SourceFile]:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:

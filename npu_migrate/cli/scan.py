@@ -1,15 +1,21 @@
-"""`npu-migrate scan`: the inventory of every CUDA-specific construct."""
+"""`npu-migrate scan`: the inventory of every CUDA-specific construct, and the CI gate."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from npu_migrate.cli import common, output
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.gitdiff import GitError, changed_lines, touches
+from npu_migrate.model import FileOutcome, Finding
 from npu_migrate.pipeline import RuleSource
+from npu_migrate.report.baseline import BaselineError, new_findings, read_baseline, write_baseline
 from npu_migrate.report.formats import Report
 from npu_migrate.report.gate import FailOn, tool_failure
 from npu_migrate.report.summary import Summary
@@ -26,6 +32,17 @@ def scan(
     no_cache: common.NoCache = False,
     fail_on: common.FailOnOption = FailOn.work,
     exit_zero: common.ExitZero = False,
+    diff_from: Annotated[
+        str | None,
+        typer.Option(help="Report only findings on lines changed since this git revision (and new files)."),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="Report only findings this baseline file does not hold (see --update-baseline)."),
+    ] = None,
+    update_baseline: Annotated[
+        bool, typer.Option("--update-baseline", help="Record every current finding in the --baseline file.")
+    ] = False,
     add_ignore: Annotated[
         bool,
         typer.Option(
@@ -37,8 +54,29 @@ def scan(
 ) -> None:
     """Inventory every CUDA-specific construct: what migrates automatically, what needs a human."""
     chosen = output.destinations(format, output_file)
-    files = common.find_files(paths, max_size)
+    if update_baseline and baseline is None:
+        common.fail("--update-baseline needs --baseline FILE")
+    files = common.find_files(common.existing(paths), max_size)
     outcomes = common.run(files, RuleSource(rules or []), frozenset(), jobs, use_cache=not no_cache)
+    if update_baseline and baseline is not None:
+        recorded = write_baseline(baseline, outcomes)
+        common.err.print(f"recorded {recorded} finding(s) in the baseline {baseline}")
+    if diff_from is not None:
+        try:
+            changed = changed_lines(next((p for p in paths if p.exists()), Path.cwd()), diff_from)
+        except GitError as exc:
+            common.fail(str(exc))
+        outcomes = _only(
+            outcomes,
+            lambda o, f: touches(changed, o.file.path, f.line, f.end_line),
+            f"on lines unchanged since {diff_from}",
+        )
+    if baseline is not None:  # after --update-baseline, every finding is known
+        try:
+            new = new_findings(outcomes, read_baseline(baseline))
+        except BaselineError as exc:
+            common.fail(str(exc))
+        outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}")
     summary = Summary.of(outcomes)
     catalog = functools.cache(lambda: {rule.code: rule for rule in common.load(rules)})  # only if asked
     output.write_reports(chosen, Report(outcomes, summary, catalog, fail_on))
@@ -51,3 +89,17 @@ def scan(
             common.err.print(f"[yellow]not suppressed[/] {where}: no line of it can take a comment")
         findings = [f for f in findings if id(f) not in added.suppressed]
     common.finish(findings, fail_on, exit_zero, tool_failure(summary))
+
+
+def _only(
+    outcomes: list[FileOutcome], keep: Callable[[FileOutcome, Finding], bool], dropped_because: str
+) -> list[FileOutcome]:
+    """The outcomes with only the findings `keep` keeps; how many went, said on stderr."""
+    kept = [
+        replace(o, result=replace(o.result, findings=[f for f in o.result.findings if keep(o, f)]))
+        for o in outcomes
+    ]
+    gone = sum(len(o.result.findings) for o in outcomes) - sum(len(o.result.findings) for o in kept)
+    if gone:
+        common.err.print(f"{gone} finding(s) not reported: {dropped_because}")
+    return kept
