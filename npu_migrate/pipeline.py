@@ -48,12 +48,22 @@ class RuleSource:
     extra: Sequence[Path] = ()
     builtin: bool = True
     without: frozenset[str] = frozenset()  # codes of rules left out (verify's bisection)
+    select: tuple[str, ...] | None = None  # codes or prefixes reported (None: every rule); config.py
+    ignore: tuple[str, ...] = ()  # codes or prefixes never reported nor fixed
 
     @cached_property
     def rules(self) -> list[Rule]:
         from npu_migrate.rules.load import load_rules
 
         return [rule for rule in load_rules(self.extra, self.builtin) if rule.code not in self.without]
+
+    @cached_property
+    def silenced(self) -> frozenset[str]:
+        """Codes of rules the configuration leaves out: they still run, so that no catch-all they
+        win over speaks in their place, but their findings are neither reported nor fixed."""
+        from npu_migrate.config import selected
+
+        return frozenset(r.code for r in self.rules if not selected(r.code, self.select, self.ignore))
 
     def fingerprint(self) -> str:
         """What the results depend on besides a file's bytes: this tool's own code and the rules."""
@@ -65,6 +75,7 @@ class RuleSource:
         for path in sorted(PACKAGE.rglob("*.py")):
             digest.update(path.read_bytes())
         digest.update(",".join(sorted(self.without)).encode())
+        digest.update(repr((self.select, sorted(self.ignore))).encode())
         return digest.hexdigest()
 
 
@@ -136,7 +147,7 @@ def _migrate_all(
     """Every file's result, from supervised worker processes: a file that crashes its worker
     (a parser's segfault) or runs past FILE_SECONDS is named in its result, and the rest of the
     run goes on. Biggest files first, so the workers finish together."""
-    rules = source.rules
+    rules, silenced = source.rules, source.silenced
     todo = deque(sorted(range(len(files)), key=lambda i: -len(files[i].data or b"")))
     results: dict[int, FileResult] = {}
     suspects: list[int] = []  # in flight when a worker crashed: each runs again alone
@@ -144,7 +155,7 @@ def _migrate_all(
         alone = bool(suspects)
         batch = deque([suspects.pop()]) if alone else todo
         width = 1 if alone else max(1, min(jobs, len(batch)))
-        crashed = _supervise(files, batch, rules, enabled, width, results, advance)
+        crashed = _supervise(files, batch, (rules, silenced), enabled, width, results, advance)
         if alone and crashed:
             results[crashed[0]] = FileResult(error=f"{INTERNAL_ERROR}: the parser crashed on this file")
             advance()
@@ -156,7 +167,7 @@ def _migrate_all(
 def _supervise(
     files: list[SourceFile],
     batch: deque[int],
-    rules: Sequence[Rule],
+    rules: tuple[Sequence[Rule], frozenset[str]],
     enabled: frozenset[Applicability],
     width: int,
     results: dict[int, FileResult],
@@ -232,14 +243,16 @@ def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileRe
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
 
 
-def _start_worker(rules: Sequence[Rule], enabled: frozenset[Applicability], memory: int) -> None:
+def _start_worker(
+    rules: tuple[Sequence[Rule], frozenset[str]], enabled: frozenset[Applicability], memory: int
+) -> None:
     """A worker: its rule index, its engine thread, and a cap on the memory it may take on top
     of that, its share of MEMORY_SHARE of the machine's (a huge file fails alone, as a
     MemoryError or a crash the supervisor names, instead of taking the machine's memory)."""
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
-    _worker = (RuleIndex(rules), enabled)
+    _worker = (RuleIndex(*rules), enabled)
     _engine()  # its stack is reserved (and counted as data) before the cap
     held = _data_bytes()
     if held is None:

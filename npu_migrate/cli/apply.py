@@ -13,11 +13,10 @@ from rich.markup import escape
 from npu_migrate.cli import common
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.model import Applicability
-from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
-from npu_migrate.report.gate import FailOn, tool_failure
+from npu_migrate.report.gate import tool_failure
 from npu_migrate.report.summary import Summary, all_findings, label
 from npu_migrate.report.written import as_written
 from npu_migrate.write import RefusedWrite, Written, write_outcomes
@@ -36,8 +35,13 @@ def apply(
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of every change.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
     unsafe: Annotated[
-        bool, typer.Option("--unsafe", help="Also apply fixes that may change behaviour.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--unsafe/--no-unsafe",
+            help="Also apply fixes that may change behaviour (default: the configuration's `unsafe`).",
+            show_default=False,
+        ),
+    ] = None,
     rules: common.RulesOption = None,
     change_list: Annotated[
         Path,
@@ -46,11 +50,16 @@ def apply(
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
-    fail_on: common.FailOnOption = FailOn.work,
+    config: common.ConfigOption = None,
+    select: common.Codes = None,
+    extend_select: common.Codes = None,
+    ignore: common.Codes = None,
+    fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
-    source = RuleSource(rules or [])
+    chosen = common.selection(paths, config, rules, select, extend_select, ignore, fail_on)
+    unsafe = chosen.config.settings.unsafe if unsafe is None else unsafe
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             common.fail("--out takes exactly one folder to copy")
@@ -61,7 +70,7 @@ def apply(
         if out_dir.resolve().is_relative_to(paths[0].resolve()):
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
-    outcomes = common.run(files, source, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
+    outcomes = common.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:
@@ -105,7 +114,7 @@ def apply(
     failed = tool_failure(summary) or (
         f"{len(written.not_written)} file(s) not written" if written.not_written else ""
     )
-    common.finish([finding for _, finding in left], fail_on, exit_zero, failed)
+    common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed)
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:

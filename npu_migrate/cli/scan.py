@@ -14,10 +14,9 @@ from npu_migrate.cli import common, output
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.gitdiff import GitError, changed_lines, touches
 from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.baseline import BaselineError, new_findings, read_baseline, write_baseline
 from npu_migrate.report.formats import Report
-from npu_migrate.report.gate import FailOn, tool_failure
+from npu_migrate.report.gate import tool_failure
 from npu_migrate.report.summary import Summary
 from npu_migrate.suppress import add_suppressions
 
@@ -30,7 +29,11 @@ def scan(
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
-    fail_on: common.FailOnOption = FailOn.work,
+    config: common.ConfigOption = None,
+    select: common.Codes = None,
+    extend_select: common.Codes = None,
+    ignore: common.Codes = None,
+    fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
     diff_from: Annotated[
         str | None,
@@ -56,8 +59,10 @@ def scan(
     chosen = output.destinations(format, output_file)
     if update_baseline and baseline is None:
         common.fail("--update-baseline needs --baseline FILE")
+    chosen_rules = common.selection(paths, config, rules, select, extend_select, ignore, fail_on)
+    gate = chosen_rules.fail_on
     files = common.find_files(common.existing(paths), max_size)
-    outcomes = common.run(files, RuleSource(rules or []), frozenset(), jobs, use_cache=not no_cache)
+    outcomes = common.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
     if update_baseline and baseline is not None:
         recorded = write_baseline(baseline, outcomes)
         common.err.print(f"recorded {recorded} finding(s) in the baseline {baseline}")
@@ -78,17 +83,17 @@ def scan(
             common.fail(str(exc))
         outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}")
     summary = Summary.of(outcomes)
-    catalog = functools.cache(lambda: {rule.code: rule for rule in common.load(rules)})  # only if asked
-    output.write_reports(chosen, Report(outcomes, summary, catalog, fail_on))
+    catalog = functools.cache(lambda: {r.code: r for r in common.load(chosen_rules.extra_rules)})  # if asked
+    output.write_reports(chosen, Report(outcomes, summary, catalog, gate))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
     if add_ignore:
-        failing = {id(f): f for f in findings if fail_on.fails(f)}
+        failing = {id(f): f for f in findings if gate.fails(f)}
         added = add_suppressions(outcomes, failing)
         common.err.print(f"added suppressions on {added.comments} line(s) in {added.files} file(s)")
         for where in added.unplaced:
             common.err.print(f"[yellow]not suppressed[/] {where}: no line of it can take a comment")
         findings = [f for f in findings if id(f) not in added.suppressed]
-    common.finish(findings, fail_on, exit_zero, tool_failure(summary))
+    common.finish(findings, gate, exit_zero, tool_failure(summary))
 
 
 def _only(

@@ -63,8 +63,10 @@ class FileContext:
         words: Collection[str] = (),
         suppressions: Suppressions | None = None,
         spans: Mapping[cst.CSTNode, CodeRange] | None = None,
+        silenced: frozenset[str] = frozenset(),
     ) -> None:
         self.module = module
+        self.silenced = silenced
         self.suppressions = suppressions
         self.spans = spans or {}  # where each node is, where the file has suppressions
         self.words = words  # of the whole file (the module may hold only its regions)
@@ -124,7 +126,9 @@ class FileContext:
         ]
 
     def suppression(self, node: cst.CSTNode, code: str) -> str | None:
-        """Why a match of `code` on `node` is suppressed by a comment, or None."""
+        """Why a match of `code` on `node` is suppressed (the configuration, a comment), or None."""
+        if code in self.silenced:
+            return "not selected by the configuration"
         if self.suppressions is None or node not in self.spans:
             return None
         where = self.spans[node]

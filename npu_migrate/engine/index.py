@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 
 class RuleIndex:
-    def __init__(self, rules: Sequence[Rule]) -> None:
+    def __init__(self, rules: Sequence[Rule], silenced: frozenset[str] = frozenset()) -> None:
         self.rules = list(rules)
+        self.silenced = silenced  # codes whose findings the configuration leaves out (RuleSource)
         self.kinds: list[Kind] = [kind(self.rules) for kind in KINDS]
         self.names = next(
             k for k in self.kinds if isinstance(k, NameKind)

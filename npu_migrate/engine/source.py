@@ -116,8 +116,9 @@ def scan_regions(
     except cst.ParserSyntaxError:
         return None
     ctx = _match(module, table, index.names.plan(table), index, enabled, counts)
-    spans = positions(module, [m.node for m in ctx.matches])
-    findings = [_placed(m.at(spans), placed) for m in ctx.matches]
+    matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
+    spans = positions(module, [m.node for m in matches])
+    findings = [_placed(m.at(spans), placed) for m in matches]
     return FileResult(
         findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
     )
@@ -154,7 +155,7 @@ def migrate_whole(
     rewritten = ctx.rewritten
     result = FileResult(
         overridden=ctx.overridden,
-        suppressed=sum(m.suppressed for m in ctx.matches),
+        suppressed=sum(m.suppressed and m.candidate.rule.code not in index.silenced for m in ctx.matches),
         unused_suppressions=suppressions.unused() if suppressions else [],
     )
     matches: list[Match] = [m for m in ctx.matches if not m.suppressed]
@@ -199,7 +200,7 @@ def _match(
 ) -> FileContext:
     """The one pass over a module (a whole file or its regions; `words`: the whole file's): the
     context holds what it found."""
-    ctx = FileContext(module, table, plan, enabled, words, suppressions, spans)
+    ctx = FileContext(module, table, plan, enabled, words, suppressions, spans, index.silenced)
     ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
     ctx.drop_unaccompanied()
     kept = ctx.bindings_to_keep()

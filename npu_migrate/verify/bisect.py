@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from npu_migrate.model import Applicability, FileOutcome, Finding
@@ -42,7 +42,7 @@ def find_culprit(
     codes = list(dict.fromkeys(f.rule.code for _, f in sorted(applied, key=_numerics_first)))
     with tempfile.TemporaryDirectory(prefix="npu-migrate-bisect-") as work:
         for number, code in enumerate(codes):
-            without = migrate(RuleSource(rules.extra, rules.builtin, rules.without | {code}))
+            without = migrate(replace(rules, without=rules.without | {code}))
             write(without, Path(work) / f"without-{number}")
             if not passes(Path(work) / f"without-{number}"):
                 continue

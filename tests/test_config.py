@@ -1,0 +1,75 @@
+"""[tool.npu-migrate] in pyproject.toml through the command line: select and ignore by code or
+prefix, per-file ignores, excludes, extra rules, unsafe and the fail level; the nearest config
+applies; the command line overrides it; a bad config is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.fixture_cases import FIXTURES, run_cli
+from tests.test_cli import CUDA_FILE, project
+
+
+def codes(root: Path, *args: str) -> list[str]:
+    result = run_cli("scan", ".", "--format", "json", *args, cwd=root)
+    assert result.returncode in (0, 1), result.stderr
+    return [f"{f['file']}:{f['code']}" for f in json.loads(result.stdout)["findings"]]
+
+
+def test_select_ignore_and_per_file_ignores(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CUDA_FILE, "tests/t.py": CUDA_FILE, "vendor/v.py": CUDA_FILE})
+    assert len(codes(root)) == 6
+    (root / "pyproject.toml").write_text(
+        '[tool.npu-migrate]\nignore = ["NPU101"]\nexclude = ["vendor/"]\n'
+        '[tool.npu-migrate.per-file-ignores]\n"tests/*" = ["NPU1"]\n'
+    )
+    assert codes(root) == ["a.py:NPU103"], "no catch-all speaks for the ignored NPU101"
+    assert codes(root, "--select", "NPU101") == [], "the config's ignore still holds"
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nselect = ["NPU101"]\n')
+    assert sorted(codes(root)) == ["a.py:NPU101", "tests/t.py:NPU101", "vendor/v.py:NPU101"]
+    assert len(codes(root, "--extend-select", "NPU103")) == 6
+    assert codes(root, "--ignore", "npu101") == []
+
+
+def test_ignored_rules_are_not_fixed_either(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CUDA_FILE})
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU103"]\n')
+    result = run_cli("apply", ".", "--change-list", tmp_path / "c.csv", cwd=root)
+    assert result.returncode == 0, result.stdout
+    text = (root / "a.py").read_text()
+    assert "torch.zeros(2).cuda()" in text and "torch.npu.synchronize()" in text
+
+
+def test_unsafe_and_fail_on_and_rules_come_from_the_config(tmp_path: Path) -> None:
+    root = project(tmp_path, {"smi.py": "import pynvml\n", "a.py": CUDA_FILE})
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nfail-on = "manual"\n')
+    assert run_cli("scan", ".", cwd=root).returncode == 1
+    (root / "smi.py").unlink()
+    assert run_cli("scan", ".", cwd=root).returncode == 0, "safe fixes are no human's work"
+    assert run_cli("scan", ".", "--fail-on", "work", cwd=root).returncode == 1
+    gpt = tmp_path / "gpt"
+    (gpt / "src").mkdir(parents=True)
+    for name in ("model.py", "entry.py"):
+        (gpt / "src" / name).write_bytes((FIXTURES / "verify" / "gpt" / "original" / name).read_bytes())
+    (gpt / "pyproject.toml").write_text("[tool.npu-migrate]\nunsafe = true\n")
+    dry = run_cli("apply", "src", "--dry-run", cwd=gpt)
+    assert "would rewrite 2 file(s), 4 change(s)" in dry.stdout, "NPU901's unsafe fix is on"
+    safe_only = run_cli("apply", "src", "--dry-run", "--no-unsafe", cwd=gpt)
+    assert "would rewrite 1 file(s), 2 change(s)" in safe_only.stdout
+
+
+def test_the_nearest_config_applies_and_bad_ones_are_one_line(tmp_path: Path) -> None:
+    root = project(tmp_path, {"inner/a.py": CUDA_FILE})
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU103"]\n')
+    (root / "inner" / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU101"]\n')
+    assert codes(root / "inner") == ["a.py:NPU103"]
+    (root / "inner" / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no table: look further up
+    assert codes(root / "inner") == ["a.py:NPU101"]
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignor = ["NPU103"]\n')
+    bad = run_cli("scan", root, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().endswith("[tool.npu-migrate] ignor: Extra inputs are not permitted")
+    other = tmp_path / "npu.toml"
+    other.write_text('select = ["NPU103"]\n')
+    assert codes(root / "inner", "--config", str(other)) == ["a.py:NPU103"]
