@@ -47,6 +47,9 @@ def apply(
         Path,
         typer.Option(help="Where to write the change list (.csv, and .json beside it)."),
     ] = Path("npu-migrate-changes.csv"),
+    no_change_list: Annotated[
+        bool, typer.Option("--no-change-list", help="Write no change list (a pre-commit hook's run).")
+    ] = False,
     max_size: common.MaxSize = DEFAULT_MAX_BYTES,
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
@@ -76,8 +79,10 @@ def apply(
         for outcome in changed:
             sys.stdout.write(unified_diff(outcome))
     written = Written()
+    listed = not dry_run and not no_change_list
+    if listed:  # what can fail early fails before any source is touched
+        csv_path, json_path = _ready(change_list)
     if not dry_run:
-        csv_path, json_path = _ready(change_list)  # what can fail early fails before any source is touched
         try:
             written = write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
         except RefusedWrite as exc:
@@ -88,7 +93,8 @@ def apply(
             )
         outcomes = as_written(outcomes, written, paths[0] if out_dir else None, out_dir)
         try:
-            write_change_list(change_list, outcomes, written.not_written)
+            if listed:
+                write_change_list(change_list, outcomes, written.not_written)
         except OSError as exc:
             common.err.print(f"[red]error:[/] cannot write the change list {csv_path}: {exc.strerror or exc}")
     summary = Summary.of(outcomes)
@@ -109,7 +115,7 @@ def apply(
         console.print(f"[red]not written[/] {escape(name)}: {escape(why)}")
     for name, note in written.notes.items():
         console.print(f"[yellow]note[/] {escape(name)}: {escape(note)}")
-    if not dry_run:
+    if listed:
         console.print(f"change list: {csv_path} and {json_path}")
     failed = tool_failure(summary) or (
         f"{len(written.not_written)} file(s) not written" if written.not_written else ""
