@@ -70,6 +70,13 @@ def printable(name: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
 
 
+def from_stdin(name: str, data: bytes) -> SourceFile:
+    """A file an editor or a hook pipes in, named as it will be in reports (`--stdin-filename`)."""
+    path = Path(name)
+    module = module_of(path) if path.exists() else NO_MODULE
+    return SourceFile(path, printable(name), data=data, module=module)
+
+
 def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> SourceFile:
     """One file, read once. Only regular files are read (a FIFO would block forever); a link
     found in a tree is left to its target, which is migrated where it lives, so that the link

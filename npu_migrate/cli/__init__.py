@@ -5,18 +5,51 @@ or left at or above it (apply), 2 usage or tool error."""
 from __future__ import annotations
 
 import signal
+from importlib.metadata import version
+from typing import Annotated
 
 import typer
+import typer.core
 from rich.markup import escape
 
 from npu_migrate.cli import apply, common, rules, run, scan, verify
 
 app = typer.Typer(
-    help="Move PyTorch CUDA code to Ascend NPUs: scan it, rewrite it, and check the rules.",
+    help="Move PyTorch CUDA code to Ascend NPUs: scan an inventory, apply the rewrite, run and verify "
+    "the migrated model, and browse the rules.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _flags_without_a_type(display_type_rich):
+    """typer prints `<bool>` beside every flag in help: a flag takes no value, so it shows none."""
+
+    def display(self: typer.core.TyperOption, ctx: object) -> str | None:
+        return None if self.is_flag else display_type_rich(self, ctx)
+
+    return display
+
+
+typer.core.TyperOption.display_type_rich = _flags_without_a_type(typer.core.TyperOption.display_type_rich)  # type: ignore[method-assign]
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        common.out.print(f"npu-migrate {version('npu-migrate')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Move PyTorch CUDA code to Ascend NPUs."""
+
+
 app.command()(scan.scan)
 app.command()(apply.apply)
 app.command(context_settings=run.CONTEXT)(run.run)

@@ -34,6 +34,9 @@ def apply(
     ] = None,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of every change.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 if apply would change any file.")
+    ] = False,
     unsafe: Annotated[
         bool | None,
         typer.Option(
@@ -62,10 +65,13 @@ def apply(
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
     chosen = common.selection(paths, config, rules, select, extend_select, ignore, fail_on)
+    dry_run = dry_run or check
     unsafe = chosen.config.settings.unsafe if unsafe is None else unsafe
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             common.fail("--out takes exactly one folder to copy")
+        if out_dir.is_file():
+            common.fail(f"--out {out_dir} is a file; name a folder for the migrated copy")
         if out_dir.is_symlink():
             common.fail(f"--out {out_dir} is a symbolic link; name a real folder")
         if out_dir.exists() and not (out_dir.is_dir() and not any(out_dir.iterdir())):
@@ -120,6 +126,9 @@ def apply(
     failed = tool_failure(summary) or (
         f"{len(written.not_written)} file(s) not written" if written.not_written else ""
     )
+    if check and not failed:
+        common.err.print(f"exit {int(bool(changed))}: apply would change {len(changed)} file(s) (--check)")
+        raise typer.Exit(1 if changed else 0)
     common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed)
 
 

@@ -159,7 +159,10 @@ def fail(text: str) -> NoReturn:
 
 
 def needs_torch(command: str, missing: ImportError) -> NoReturn:
-    fail(f"{command} needs torch ({missing.name} is missing): pip install 'npu-migrate[verify]'")
+    fail(
+        f"{command} needs torch ({missing.name} is missing): install the verify extra, "
+        "`pip install '.[verify]'` in npu-migrate's checkout"
+    )
 
 
 def load(extra: list[Path] | None) -> list[Rule]:

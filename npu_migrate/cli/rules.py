@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,10 +18,23 @@ from npu_migrate.rules.files import RuleError, builtin_rules_dir, rule_files
 # are all cached never need it.
 
 
-def list_rules(rules: common.RulesOption = None) -> None:
+def list_rules(
+    rules: common.RulesOption = None,
+    format: Annotated[
+        str, typer.Option("--format", help="table (for people) or json (for tools).")
+    ] = "table",
+) -> None:
     """Every rule: code, name, category, fix safety and summary."""
+    if format not in ("table", "json"):
+        common.fail(f"--format {format!r} is not one of table, json")
+    loaded = common.load(rules)
+    if format == "json":
+        fields = ("code", "name", "category", "severity", "applicability", "summary", "why")
+        records = [{key: getattr(rule, key) for key in fields} for rule in loaded]
+        sys.stdout.write(json.dumps(records, indent=2, default=lambda value: value.value) + "\n")
+        return
     table = Table("code", "name", "category", "fix", "summary")
-    for rule in common.load(rules):
+    for rule in loaded:
         table.add_row(rule.code, rule.name, rule.category, rule.applicability.value, rule.summary)
     common.out.print(table)
 

@@ -19,6 +19,8 @@ def run(
     emulate: common.Emulate = None,
 ) -> None:
     """Run a migrated script as `python SCRIPT ARGS` would, on the NPU emulation where no NPU exists."""
+    if script.is_dir():
+        common.fail(f"{script} is a folder; give the Python script to run")
     if not script.is_file():
         common.fail(f"no such script: {script}")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from npu_migrate import discover
 from npu_migrate.cli import common, output
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.gitdiff import GitError, changed_lines, touches
@@ -46,6 +48,10 @@ def scan(
     update_baseline: Annotated[
         bool, typer.Option("--update-baseline", help="Record every current finding in the --baseline file.")
     ] = False,
+    stdin_filename: Annotated[
+        str | None,
+        typer.Option(help="With the path `-`: the name of the file read from stdin (for editors and hooks)."),
+    ] = None,
     add_ignore: Annotated[
         bool,
         typer.Option(
@@ -59,9 +65,16 @@ def scan(
     chosen = output.destinations(format, output_file)
     if update_baseline and baseline is None:
         common.fail("--update-baseline needs --baseline FILE")
-    chosen_rules = common.selection(paths, config, rules, select, extend_select, ignore, fail_on)
+    from_stdin = paths == [Path("-")]
+    if from_stdin and add_ignore:
+        common.fail("--add-ignore writes files; it cannot suppress findings in what stdin gave")
+    named = [Path(stdin_filename or ".")] if from_stdin else paths
+    chosen_rules = common.selection(named, config, rules, select, extend_select, ignore, fail_on)
     gate = chosen_rules.fail_on
-    files = common.find_files(common.existing(paths), max_size)
+    if from_stdin:
+        files = [discover.from_stdin(stdin_filename or "<stdin>", sys.stdin.buffer.read())]
+    else:
+        files = common.find_files(common.existing(paths), max_size)
     outcomes = common.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
     if update_baseline and baseline is not None:
         recorded = write_baseline(baseline, outcomes)
@@ -90,8 +103,8 @@ def scan(
         failing = {id(f): f for f in findings if gate.fails(f)}
         added = add_suppressions(outcomes, failing)
         common.err.print(f"added suppressions on {added.comments} line(s) in {added.files} file(s)")
-        for where in added.unplaced:
-            common.err.print(f"[yellow]not suppressed[/] {where}: no line of it can take a comment")
+        for finding_at in added.unplaced:
+            common.err.print(f"[yellow]not suppressed[/] {finding_at}: no line of it can take a comment")
         findings = [f for f in findings if id(f) not in added.suppressed]
     common.finish(findings, gate, exit_zero, tool_failure(summary))
 
