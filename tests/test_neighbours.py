@@ -59,3 +59,14 @@ def test_plain_errors_for_a_folder_script_and_a_file_out(tmp_path: Path) -> None
     (tmp_path / "out.txt").write_text("x")
     out = run_cli("apply", root, "--out", tmp_path / "out.txt", cwd=tmp_path)
     assert out.returncode == 2 and "is a file; name a folder for the migrated copy" in out.stderr
+
+
+def test_a_piped_run_says_how_far_it_is(tmp_path: Path, cli, monkeypatch) -> None:
+    """A CI log gets a line every PROGRESS_SECONDS (here: every file) instead of silence."""
+    from npu_migrate.cli import common
+
+    monkeypatch.setattr(common, "PROGRESS_SECONDS", 0.0)
+    root = project(tmp_path, {f"m{i:02}.py": CUDA_FILE for i in range(25)})
+    result = cli("scan", root, "--no-cache")
+    lines = [line for line in result.stderr.splitlines() if line.startswith("scanning: ")]
+    assert lines[0].startswith("scanning: 1/25 file(s), ") and lines[-1].startswith("scanning: 24/25 file(s)")

@@ -3,6 +3,7 @@ discovery and the progress display around a run."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -194,11 +195,29 @@ def find_files(paths: list[Path], max_size: int) -> list[SourceFile]:
     return discover(paths, max_size)
 
 
+PROGRESS_SECONDS = 10.0  # how often a piped run (a CI log) says how far it is
+
+
 @contextmanager
 def progress(total: int, label: str) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr for long runs in a terminal; silent otherwise."""
-    if total < 20 or not err.is_terminal:
+    """A progress bar on stderr for long runs in a terminal; where stderr is piped (a CI log),
+    a line every PROGRESS_SECONDS."""
+    if total < 20:
         yield lambda: None
+        return
+    if not err.is_terminal:
+        start = last = time.monotonic()
+        done = 0
+
+        def advance() -> None:
+            nonlocal done, last
+            done += 1
+            now = time.monotonic()
+            if now - last >= PROGRESS_SECONDS and done < total:
+                err.print(f"{label}: {done}/{total} file(s), {now - start:.0f} s")
+                last = now
+
+        yield advance
         return
     with Progress(
         TextColumn("[progress.description]{task.description}"),
