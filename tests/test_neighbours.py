@@ -70,3 +70,14 @@ def test_a_piped_run_says_how_far_it_is(tmp_path: Path, cli, monkeypatch) -> Non
     result = cli("scan", root, "--no-cache")
     lines = [line for line in result.stderr.splitlines() if line.startswith("scanning: ")]
     assert lines[0].startswith("scanning: 1/25 file(s), ") and lines[-1].startswith("scanning: 24/25 file(s)")
+
+
+def test_the_change_list_stays_out_of_the_migrated_repository(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CUDA_FILE})
+    inside = run_cli("apply", ".", cwd=root)
+    assert inside.returncode == 0, inside.stderr
+    assert sorted(p.name for p in root.iterdir()) == ["a.py"]
+    assert (tmp_path / "proj-npu-migrate-changes.csv").is_file()
+    (root / "b.py").write_text(CUDA_FILE)
+    again = run_cli("apply", ".", cwd=root)
+    assert "note: the change list " in again.stderr and "of an earlier run is replaced" in again.stderr

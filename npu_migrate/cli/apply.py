@@ -47,9 +47,13 @@ def apply(
     ] = None,
     rules: common.RulesOption = None,
     change_list: Annotated[
-        Path,
-        typer.Option(help="Where to write the change list (.csv, and .json beside it)."),
-    ] = Path("npu-migrate-changes.csv"),
+        Path | None,
+        typer.Option(
+            help="Where to write the change list (.csv, and .json beside it). Default: "
+            "npu-migrate-changes.csv here, or beside the migrated folder when here is inside it.",
+            show_default=False,
+        ),
+    ] = None,
     no_change_list: Annotated[
         bool, typer.Option("--no-change-list", help="Write no change list (a pre-commit hook's run).")
     ] = False,
@@ -86,7 +90,11 @@ def apply(
             sys.stdout.write(unified_diff(outcome))
     written = Written()
     listed = not dry_run and not no_change_list
+    change_list = change_list or _default_change_list(paths, out_dir)
     if listed:  # what can fail early fails before any source is touched
+        earlier = change_list.with_suffix(".csv")
+        if earlier.exists():
+            common.err.print(f"note: the change list {earlier} of an earlier run is replaced")
         csv_path, json_path = _ready(change_list)
     if not dry_run:
         try:
@@ -130,6 +138,17 @@ def apply(
         common.err.print(f"exit {int(bool(changed))}: apply would change {len(changed)} file(s) (--check)")
         raise typer.Exit(1 if changed else 0)
     common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed)
+
+
+def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
+    """Here, unless here is inside a folder being migrated (or the copy): then beside that folder,
+    so that the change list never lands in the migrated repository."""
+    here = Path.cwd().resolve()
+    for tree in [out_dir] if out_dir else paths:
+        root = tree.resolve() if tree.is_dir() or tree == out_dir else tree.resolve().parent
+        if here.is_relative_to(root):
+            return root.parent / f"{root.name}-npu-migrate-changes.csv"
+    return Path("npu-migrate-changes.csv")
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:
