@@ -1,7 +1,7 @@
 """`[tool.npu-migrate]` in pyproject.toml: which rules run (select, extend-select, ignore, by code
 or prefix, and per-file ignores by gitignore-style pattern), what is excluded, extra rule files,
-whether apply makes unsafe fixes, and the gate's fail level. The nearest pyproject.toml with the
-table above the first path (or --config) is the run's; command-line options override it."""
+whether apply makes unsafe fixes, and the gate's fail level. Which file's configuration applies
+where: cli/selection.py."""
 
 from __future__ import annotations
 

@@ -73,3 +73,11 @@ def test_the_nearest_config_applies_and_bad_ones_are_one_line(tmp_path: Path) ->
     other = tmp_path / "npu.toml"
     other.write_text('select = ["NPU103"]\n')
     assert codes(root / "inner", "--config", str(other)) == ["a.py:NPU103"]
+
+
+def test_a_nested_project_keeps_its_own_configuration(tmp_path: Path) -> None:
+    root = project(tmp_path, {"a.py": CUDA_FILE, "sub/b.py": CUDA_FILE})
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU103"]\n')
+    (root / "sub" / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU101"]\n')
+    assert sorted(codes(root)) == ["a.py:NPU101", "sub/b.py:NPU103"]
+    assert codes(root, "--config", str(root / "pyproject.toml")) == ["a.py:NPU101", "sub/b.py:NPU101"]

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from npu_migrate.cli import common
+from npu_migrate.cli import common, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.model import Applicability
 from npu_migrate.report.changes import write_change_list
@@ -61,16 +61,16 @@ def apply(
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
     config: common.ConfigOption = None,
-    select: common.Codes = None,
-    extend_select: common.Codes = None,
-    ignore: common.Codes = None,
+    select: selection.Codes = None,
+    extend_select: selection.Codes = None,
+    ignore: selection.Codes = None,
     fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
-    chosen = common.selection(paths, config, rules, select, extend_select, ignore, fail_on)
+    chosen = selection.selection(paths, config, rules, select, extend_select, ignore, fail_on)
     dry_run = dry_run or check
-    unsafe = chosen.config.settings.unsafe if unsafe is None else unsafe
+    unsafe = chosen.run_config.settings.unsafe if unsafe is None else unsafe
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
             common.fail("--out takes exactly one folder to copy")
@@ -83,7 +83,7 @@ def apply(
         if out_dir.resolve().is_relative_to(paths[0].resolve()):
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
-    outcomes = common.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
+    outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -16,7 +15,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from npu_migrate.cache import ResultCache
-from npu_migrate.config import Config, ConfigError, load_config
 from npu_migrate.discover import discover
 from npu_migrate.model import Applicability, FileOutcome, Finding, SourceFile
 from npu_migrate.pipeline import RuleSource, default_jobs, run_rules, salt
@@ -71,77 +69,6 @@ ConfigOption = Annotated[
         "nearest pyproject.toml with the table above the first path).",
     ),
 ]
-Codes = Annotated[list[str] | None, typer.Option(show_default=False)]
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The run's configuration with the command line's overrides: which rules, for which files."""
-
-    config: Config
-    extra_rules: list[Path]
-    select: tuple[str, ...] | None
-    ignore: tuple[str, ...]
-    fail_on: FailOn
-
-    def rule_source(self, ignored: tuple[str, ...] = ()) -> RuleSource:
-        return RuleSource(self.extra_rules, select=self.select, ignore=self.ignore + ignored)
-
-
-def selection(
-    paths: list[Path],
-    config_path: Path | None,
-    rules: list[Path] | None,
-    select: list[str] | None,
-    extend_select: list[str] | None,
-    ignore: list[str] | None,
-    fail_on: FailOn | None,
-) -> Selection:
-    """Read the configuration (one-line errors) and lay the command line over it: --select
-    replaces the config's select, --extend-select and --ignore add to its lists."""
-    try:
-        config = load_config(config_path, paths[0] if paths else Path.cwd())
-    except ConfigError as exc:
-        fail(str(exc))
-    chosen, ignored = config.selection
-    if select:
-        chosen = _codes(select)
-    if extend_select and chosen is not None:  # with no select, every rule runs already
-        chosen += _codes(extend_select)
-    return Selection(
-        config,
-        config.rule_files() + list(rules or []),
-        chosen,
-        ignored + _codes(ignore or []),
-        fail_on or config.settings.fail_on,
-    )
-
-
-def _codes(given: list[str]) -> tuple[str, ...]:
-    """Codes or prefixes, given repeatedly or comma-separated."""
-    return tuple(code.strip().upper() for item in given for code in item.split(",") if code.strip())
-
-
-def run_selected(
-    files: list[SourceFile],
-    chosen: Selection,
-    enabled: frozenset[Applicability],
-    jobs: int | None,
-    use_cache: bool = True,
-) -> list[FileOutcome]:
-    """The selected rules over the files the configuration does not exclude; files with
-    per-file ignores run in groups, each with its rules."""
-    files = [f for f in files if not chosen.config.excluded(f.path)]
-    groups: dict[tuple[str, ...], list[SourceFile]] = {} if files else {(): []}  # no file: rules checked
-    for file in files:
-        groups.setdefault(chosen.config.ignored_in(file.path), []).append(file)
-    outcomes: dict[int, FileOutcome] = {}
-    for ignored, members in groups.items():
-        for outcome in run(members, chosen.rule_source(ignored), enabled, jobs, use_cache):
-            outcomes[id(outcome.file)] = outcome
-    return [outcomes[id(f)] for f in files]
-
-
 ExitZero = Annotated[
     bool, typer.Option("--exit-zero", help="Exit 0 even where findings remain (2 still means an error).")
 ]

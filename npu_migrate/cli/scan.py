@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from npu_migrate import discover
-from npu_migrate.cli import common, output
+from npu_migrate.cli import common, output, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.gitdiff import GitError, changed_lines, touches
 from npu_migrate.model import FileOutcome, Finding
@@ -32,9 +32,9 @@ def scan(
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
     config: common.ConfigOption = None,
-    select: common.Codes = None,
-    extend_select: common.Codes = None,
-    ignore: common.Codes = None,
+    select: selection.Codes = None,
+    extend_select: selection.Codes = None,
+    ignore: selection.Codes = None,
     fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
     diff_from: Annotated[
@@ -69,13 +69,13 @@ def scan(
     if from_stdin and add_ignore:
         common.fail("--add-ignore writes files; it cannot suppress findings in what stdin gave")
     named = [Path(stdin_filename or ".")] if from_stdin else paths
-    chosen_rules = common.selection(named, config, rules, select, extend_select, ignore, fail_on)
+    chosen_rules = selection.selection(named, config, rules, select, extend_select, ignore, fail_on)
     gate = chosen_rules.fail_on
     if from_stdin:
         files = [discover.from_stdin(stdin_filename or "<stdin>", sys.stdin.buffer.read())]
     else:
         files = common.find_files(common.existing(paths), max_size)
-    outcomes = common.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
+    outcomes = selection.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
     if update_baseline and baseline is not None:
         recorded = write_baseline(baseline, outcomes)
         common.err.print(f"recorded {recorded} finding(s) in the baseline {baseline}")

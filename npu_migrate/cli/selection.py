@@ -1,0 +1,114 @@
+"""Which rules run for which files: each file's nearest `[tool.npu-migrate]` (a nested project's
+own, or `--config` for every file), with the command line laid over it: --select replaces the
+config's select, --extend-select and --ignore add to its lists, --rules adds rule files. The
+config nearest the first path also gives the run's fail level and unsafe fixes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from npu_migrate.cli import common
+from npu_migrate.config import Config, ConfigError, load_config
+from npu_migrate.model import Applicability, FileOutcome, SourceFile
+from npu_migrate.pipeline import RuleSource
+from npu_migrate.report.gate import FailOn
+
+Codes = Annotated[list[str] | None, typer.Option(show_default=False)]
+
+
+@dataclass
+class Selection:
+    explicit: Path | None  # --config
+    run_config: Config  # the one nearest the first path
+    rules: tuple[Path, ...]  # --rules
+    select: tuple[str, ...] | None  # --select
+    extend_select: tuple[str, ...]
+    ignore: tuple[str, ...]
+    fail_on: FailOn
+    _nearest: dict[Path, Config] = field(default_factory=dict)
+
+    @property
+    def extra_rules(self) -> list[Path]:
+        return self.run_config.rule_files() + list(self.rules)
+
+    def config_for(self, path: Path) -> Config:
+        if self.explicit is not None:
+            return self.run_config
+        folder = path.absolute().parent
+        if folder not in self._nearest:
+            self._nearest[folder] = _load(None, folder)
+        return self._nearest[folder]
+
+    def rule_source(self, config: Config, path: Path) -> RuleSource:
+        chosen, ignored = config.selection
+        if self.select:
+            chosen = self.select
+        if self.extend_select and chosen is not None:  # with no select, every rule runs already
+            chosen += self.extend_select
+        extra = config.rule_files() + list(self.rules)
+        return RuleSource(extra, select=chosen, ignore=ignored + self.ignore + config.ignored_in(path))
+
+
+def selection(
+    paths: list[Path],
+    config_path: Path | None,
+    rules: list[Path] | None,
+    select: list[str] | None,
+    extend_select: list[str] | None,
+    ignore: list[str] | None,
+    fail_on: FailOn | None,
+) -> Selection:
+    run_config = _load(config_path, paths[0] if paths else Path.cwd())
+    return Selection(
+        config_path,
+        run_config,
+        tuple(rules or []),
+        _codes(select) if select else None,
+        _codes(extend_select or []),
+        _codes(ignore or []),
+        fail_on or run_config.settings.fail_on,
+    )
+
+
+def run_selected(
+    files: list[SourceFile],
+    chosen: Selection,
+    enabled: frozenset[Applicability],
+    jobs: int | None,
+    use_cache: bool = True,
+) -> list[FileOutcome]:
+    """The selected rules over the files no configuration excludes, in groups of files that
+    share their rules (a nested project's, per-file ignores)."""
+    kept = []
+    groups: dict[tuple[tuple[Path, ...], tuple[str, ...] | None, tuple[str, ...]], list[SourceFile]] = {}
+    for file in files:
+        config = chosen.config_for(file.path)
+        if config.excluded(file.path):
+            continue
+        source = chosen.rule_source(config, file.path)
+        groups.setdefault((tuple(source.extra), source.select, source.ignore), []).append(file)
+        kept.append(file)
+    if not groups:  # no file: the rules are still checked
+        groups[(tuple(chosen.extra_rules), None, ())] = []
+    outcomes: dict[int, FileOutcome] = {}
+    for (extra, select, ignore), members in groups.items():
+        source = RuleSource(list(extra), select=select, ignore=ignore)
+        for outcome in common.run(members, source, enabled, jobs, use_cache):
+            outcomes[id(outcome.file)] = outcome
+    return [outcomes[id(f)] for f in kept]
+
+
+def _load(explicit: Path | None, start: Path) -> Config:
+    try:
+        return load_config(explicit, start)
+    except ConfigError as exc:
+        common.fail(str(exc))
+
+
+def _codes(given: list[str]) -> tuple[str, ...]:
+    """Codes or prefixes, given repeatedly or comma-separated."""
+    return tuple(code.strip().upper() for item in given for code in item.split(",") if code.strip())
