@@ -135,10 +135,42 @@ def _string_text(literal: str) -> str | None:
 
 def tree_traces(root: Path) -> list[Trace]:
     found: list[Trace] = []
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.ipynb")]):
         if path.is_file() and not path.is_symlink():
             source = path.read_bytes().decode("utf-8", errors="replace")
-            found += traces_in(source, path.relative_to(root).as_posix())
+            name = path.relative_to(root).as_posix()
+            found += notebook_traces(source, name) if path.suffix == ".ipynb" else traces_in(source, name)
+    return found
+
+
+# A shell line (`!cmd` in a notebook, or a line of a %%bash cell) with a CUDA tool or variable.
+SHELL_TRACE = re.compile(r"\bnvidia-smi\b|\bnvcc\b|\bCUDA_\w+|\bNCCL_\w+")
+
+
+def notebook_traces(source: str, name: str) -> list[Trace]:
+    """The traces in a notebook's code cells, as `NAME#cellN` (every cell counted from 1): Python
+    lines as in a file, shell lines by SHELL_TRACE, other magics and languages not at all."""
+    try:
+        cells = json.loads(source)["cells"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    found: list[Trace] = []
+    for number, cell in enumerate(cells, start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        lines = "".join(cell.get("source") or []).splitlines()
+        magic = lines[0].strip()[2:].split() if lines and lines[0].strip().startswith("%%") else None
+        shell_cell = bool(magic) and magic[0] in ("bash", "sh", "script", "system")
+        if magic and not shell_cell and magic[0] not in ("time", "timeit", "capture", "prun", "debug"):
+            continue
+        python = []
+        for number_in_cell, line in enumerate(lines, start=1):
+            text = line.strip()
+            shell = text.startswith("!") or (shell_cell and number_in_cell > 1)
+            if shell and SHELL_TRACE.search(text):
+                found.append(Trace(f"{name}#cell{number}", number_in_cell, SHELL_TRACE.search(text)[0]))
+            python.append("" if shell or text.startswith("%") else line)
+        found += traces_in("\n".join(python) + "\n", f"{name}#cell{number}")
     return found
 
 
@@ -153,6 +185,7 @@ def reported_lines(scan_json: str, root: Path) -> set[tuple[str, int]]:
     lines: set[tuple[str, int]] = set()
     for finding in json.loads(scan_json)["findings"]:
         file = Path(finding["file"]).resolve().relative_to(root.resolve()).as_posix()
+        file += f"#cell{finding['cell']}" if finding.get("cell") else ""
         for line in range(finding["line"], (finding.get("end_line") or finding["line"]) + 1):
             lines.add((file, line))
     return lines

@@ -130,9 +130,13 @@ def package_of(folder: Path) -> str:
     return f"{parent}.{folder.name}" if parent else folder.name
 
 
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
+FOUND_IN_TREES = (".py", ".ipynb")  # what a folder's walk takes (a .pyi stub holds no code to run)
+
+
 def _is_python(path: Path) -> bool:
-    """A .py file, or a script whose shebang names Python."""
-    if path.suffix in (".py", ".pyi"):
+    """A .py file, a notebook, or a script whose shebang names Python."""
+    if path.suffix in PYTHON_SUFFIXES:
         return True
     try:
         with path.open("rb") as handle:
@@ -180,6 +184,6 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             kept = [d for d in dirs if d not in SKIP_DIRS and not ignores.ignored(rel_here / d, is_dir=True)]
             dirs[:] = sorted(kept)
             for name in sorted(names):
-                if name.endswith(".py") and not ignores.ignored(rel_here / name, is_dir=False):
+                if name.endswith(FOUND_IN_TREES) and not ignores.ignored(rel_here / name, is_dir=False):
                     add(Path(folder) / name, str(top / (rel_here / name).as_posix()), top)
     return found

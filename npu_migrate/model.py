@@ -73,6 +73,7 @@ class Finding:
     replacement: str | None  # the fixed code; None when the rule is report-only, or held
     applied: bool
     held: str | None = None  # why the rule's fix is held back here: the code is kept as it is
+    cell: int | None = None  # in a notebook: the cell (1-based, every cell counted); lines are the cell's
 
 
 @dataclass

@@ -207,10 +207,12 @@ def _supervise(
 def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
     """One file's result; a failure inside the engine is that file's error, not the run's."""
     from npu_migrate.engine.source import migrate_source
+    from npu_migrate.notebook import is_notebook, migrate_notebook
 
     assert file.data is not None
+    handler = migrate_notebook if is_notebook(file.path.name) else migrate_source  # by kind of file
     try:
-        return _on_deep_stack(migrate_source, file.data, index, enabled, file.module)
+        return _on_deep_stack(handler, file.data, index, enabled, file.module)
     except Exception as exc:  # an engine bug must not cost the user the other files
         return FileResult(error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}")
 

@@ -13,6 +13,11 @@ def message(finding: Finding) -> str:
     return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
 
 
+def location(finding: Finding) -> str:
+    """`line:column`, or `cell N:line:column` in a notebook."""
+    return (f"cell {finding.cell}:" if finding.cell else "") + f"{finding.line}:{finding.column}"
+
+
 def label(finding: Finding) -> str:
     """How reports label a finding: its fix's class (`safe`, `unsafe`), `held` (the rule has a fix
     that engine.holds kept from this code), `manual` (a human must act) or `note` (worth knowing,
@@ -118,6 +123,7 @@ def finding_dict(display: str, finding: Finding) -> dict:
         "column": finding.column,
         "end_line": finding.end_line,
         "end_column": finding.end_column,
+        "cell": finding.cell,
         "code": rule.code,
         "name": rule.name,
         "category": rule.category,

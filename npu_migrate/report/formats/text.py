@@ -9,7 +9,7 @@ from rich.table import Table
 from npu_migrate.discover import printable
 from npu_migrate.model import Finding
 from npu_migrate.report.formats import Report
-from npu_migrate.report.summary import Summary, all_findings, label, message
+from npu_migrate.report.summary import Summary, all_findings, label, location, message
 
 
 def write(console: Console, report: Report) -> None:
@@ -20,7 +20,7 @@ def write(console: Console, report: Report) -> None:
 def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> None:
     for display, finding in findings:
         rule = finding.rule
-        where = f"{display}:{finding.line}:{finding.column}"
+        where = f"{display}:{location(finding)}"
         text = escape(printable(message(finding)))
         line = f"[bold]{where}[/]: [cyan]{rule.code}[/] [dim]\\[{label(finding)}][/] {text}"
         if finding.replacement is not None:

@@ -1,0 +1,184 @@
+"""Jupyter notebooks as the engine sees them: the code cells, in order, as one module (so that
+an import in the first cell resolves a call in the fifth), each cell behind a marker line; IPython
+magics stand in as Python that does what they do (`!nvidia-smi` runs a shell through subprocess,
+and so is a finding; a `%%` cell is another language and is left out). Findings come back located by cell and
+line; a rewrite goes back into the cells' sources, the JSON layout, metadata and outputs as they
+were, or not at all where the layout cannot be reproduced byte for byte."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from typing import Any
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
+
+_CELL = "# <npu-migrate-cell {}>"
+_CELL_LINE = re.compile(r"^# <npu-migrate-cell (\d+)>\r?\n?$")
+_MAGIC = "  # <npu-migrate-magic {}>"
+_MAGIC_LINE = re.compile(r"# <npu-migrate-magic (\d+)>")
+_ERROR_LINE = re.compile(r"\bline (\d+)")
+# `!cmd` runs a shell: the stand-in calls subprocess through a name bound by a hidden import, so
+# that the rules on what Python runs in a shell (nvidia-smi) see it
+_SHELL = "_npu_migrate_shell"
+_SHELL_IMPORT = f"import subprocess as {_SHELL}  # <npu-migrate-shell>\n"
+LAYOUT = "the notebook's JSON layout cannot be written back byte for byte; re-save it in Jupyter"
+
+
+def is_notebook(name: str) -> bool:
+    return name.endswith(".ipynb")
+
+
+def migrate_notebook(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    from npu_migrate.engine.source import migrate_source
+
+    try:
+        notebook = json.loads(data.decode("utf-8"))
+        cells = notebook["cells"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        return FileResult(error=f"not a notebook: {exc}")
+    code, starts, magics = _module(cells)
+    if not starts:
+        return FileResult()
+    result = migrate_source(code.encode("utf-8"), index, enabled, NO_MODULE)
+    if result.error:
+        return replace(result, error=_ERROR_LINE.sub(lambda m: _where(starts, int(m[1])), result.error))
+    virtual = code.splitlines()
+
+    def in_cell(f: Finding) -> Finding:
+        cell, line = _cell_line(starts, f.line)
+        magic = _MAGIC_LINE.search(virtual[f.line - 1])
+        if magic is None:
+            return replace(f, cell=cell + 1, line=line, end_line=f.end_line - (f.line - line))
+        original = magics[int(magic[1])].rstrip("\r\n")  # the stand-in's columns mean nothing here
+        start = len(original) - len(original.lstrip()) + 1
+        return replace(
+            f, cell=cell + 1, line=line, end_line=line, column=start, end_column=len(original) + 1,
+            code=original.strip(),
+        )  # fmt: skip
+
+    result.findings = [in_cell(f) for f in result.findings]
+    result.added_imports = [(_cell_line(starts, n)[1], m) for n, m in result.added_imports]
+    result.added_helpers = [(_cell_line(starts, n)[1], m) for n, m in result.added_helpers]
+    layout = _layout(data, notebook)
+    if layout is None:  # a scan says so too: what apply would do
+        held = [
+            replace(f, applied=False, replacement=None, held=LAYOUT) if f.replacement is not None else f
+            for f in result.findings
+        ]
+        return replace(result, findings=held, new_source=None, added_imports=[], added_helpers=[])
+    if result.new_source is None:
+        return result
+    _put_back(cells, result.new_source.decode("utf-8"), magics)
+    result.new_source = _dump(notebook, *layout)
+    return result
+
+
+def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]]:
+    """The code cells as one module; {cell index: the line of its marker}; the magic lines."""
+    lines: list[str] = []
+    starts: dict[int, int] = {}
+    magics: list[str] = []
+    for number, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell.get("source") or [])
+        body = _cell_magic(source)
+        if body is None:  # a cell in another language (%%html, %%writefile ...)
+            continue
+        starts[number] = len(lines) + 1
+        lines.append(_CELL.format(number) + "\n")
+        for index, line in enumerate(source.splitlines(keepends=True)):
+            stripped = line.lstrip()
+            shell = body == "shell" and index > 0 and stripped.strip()
+            if shell or stripped.startswith(("!", "%")):
+                indent = line[: len(line) - len(stripped)]
+                call = _as_python(("!" if shell else "") + stripped.rstrip("\r\n"))
+                lines.append(indent + call + _MAGIC.format(len(magics)) + "\n")
+                magics.append(line)
+            else:
+                lines.append(line if line.endswith(("\n", "\r")) else line + "\n")
+    if any(m.lstrip().startswith("!") for m in magics):
+        first = min(starts.values())  # the line of the first marker; the import goes after it
+        lines.insert(first, _SHELL_IMPORT)
+        starts = {cell: start + (start > first) for cell, start in starts.items()}
+    return "".join(lines), starts, magics
+
+
+SHELL_CELLS = frozenset({"bash", "sh", "script", "system"})  # a %%bash cell's lines run in a shell
+PYTHON_CELLS = frozenset({"time", "timeit", "capture", "prun", "debug"})  # these run Python
+
+
+def _cell_magic(source: str) -> str | None:
+    """What a cell's body is: "python" (no cell magic, or one that runs Python), "shell", or
+    None for another language."""
+    if not source.lstrip().startswith("%%"):
+        return "python"
+    name = source.lstrip()[2:].split(maxsplit=1)[0] if source.lstrip()[2:].strip() else ""
+    return "shell" if name in SHELL_CELLS else "python" if name in PYTHON_CELLS else None
+
+
+def _as_python(magic: str) -> str:
+    """What IPython runs for a magic line: `!cmd` is a system call, `%name args` a line magic."""
+    if magic.startswith("!"):
+        return f"{_SHELL}.run({magic[1:]!r}, shell=True)"
+    name, _, args = magic.lstrip("%").partition(" ")
+    return f"get_ipython().run_line_magic({name!r}, {args!r})"
+
+
+def _cell_line(starts: dict[int, int], line: int) -> tuple[int, int]:
+    """(cell index, line in the cell) of a line of the module."""
+    cell = max(
+        (c for c, start in starts.items() if start < line), default=min(starts), key=lambda c: starts[c]
+    )
+    return cell, line - starts[cell]
+
+
+def _where(starts: dict[int, int], line: int) -> str:
+    cell, in_cell = _cell_line(starts, line)
+    return f"cell {cell + 1} line {in_cell}"
+
+
+def _put_back(cells: list[dict[str, Any]], code: str, magics: list[str]) -> None:
+    """The rewritten module's cells into the notebook's, magic lines restored as they were, each
+    cell's source kept a list of lines or a string, as it was."""
+    current: int | None = None
+    sources: dict[int, list[str]] = {}
+    for line in code.splitlines(keepends=True):
+        marker = _CELL_LINE.match(line)
+        if marker:
+            current = int(marker[1])
+            sources[current] = []
+            continue
+        magic = _MAGIC_LINE.search(line)
+        if line == _SHELL_IMPORT:
+            continue
+        if current is not None:
+            sources[current].append(magics[int(magic[1])] if magic else line)
+    for number, lines in sources.items():
+        cell = cells[number]
+        original = cell.get("source") or []
+        text = "".join(original)
+        new = "".join(lines)
+        if not text.endswith("\n") and new.endswith("\n"):
+            new = new[:-1]  # the module's line break after the cell's last line
+        cell["source"] = new if isinstance(original, str) else new.splitlines(keepends=True)
+
+
+def _layout(data: bytes, notebook: dict[str, Any]) -> tuple[int | None, bool, str] | None:
+    """The json.dumps settings that write this notebook back byte for byte, or None."""
+    text = data.decode("utf-8")
+    for indent in (1, 2, 4, None):
+        for ascii_only in (False, True):
+            end = text[len(text.rstrip("\n")) :]
+            if _dump(notebook, indent, ascii_only, end) == data:
+                return indent, ascii_only, end
+    return None
+
+
+def _dump(notebook: dict[str, Any], indent: int | None, ascii_only: bool, end: str) -> bytes:
+    return (json.dumps(notebook, indent=indent, ensure_ascii=ascii_only) + end).encode("utf-8")

@@ -1,0 +1,69 @@
+"""Jupyter notebooks through the command line: code cells scanned and rewritten as one module,
+findings located by cell and line, magics kept and `!nvidia-smi` reported, the JSON layout,
+metadata and outputs preserved, and nothing written where the layout cannot be reproduced."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+NOTEBOOKS = FIXTURES / "notebooks" / "src"
+
+
+def test_findings_are_located_by_cell_and_line(tmp_path: Path) -> None:
+    result = run_cli("scan", NOTEBOOKS / "train.ipynb", "--format", "json", cwd=tmp_path)
+    found = [(f["cell"], f["line"], f["column"], f["code"]) for f in json.loads(result.stdout)["findings"]]
+    assert found == [
+        (3, 1, 1, "NPU809"),  # !nvidia-smi
+        (3, 3, 23, "NPU105"),
+        (3, 4, 5, "NPU103"),
+        (4, 1, 7, "NPU101"),  # torch imported in cell 2, used here
+        (5, 2, 1, "NPU809"),  # nvidia-smi in a %%bash cell
+    ]
+    text = run_cli("scan", NOTEBOOKS / "train.ipynb", cwd=tmp_path).stdout
+    assert "train.ipynb:cell 3:1:1: NPU809 [manual] `!nvidia-smi` runs nvidia-smi" in text
+
+
+def test_apply_rewrites_code_cells_and_keeps_everything_else(tmp_path: Path) -> None:
+    notebook = tmp_path / "train.ipynb"
+    shutil.copy(NOTEBOOKS / "train.ipynb", notebook)
+    result = run_cli("apply", notebook, "--no-change-list", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout  # the two nvidia-smi calls are a human's
+    before = json.loads((NOTEBOOKS / "train.ipynb").read_text())
+    after = json.loads(notebook.read_text())
+    sources = [c["source"] for c in after["cells"]]
+    assert sources[1] == ["import torch\n", "import torch.nn as nn\n", "import torch_npu"]
+    assert sources[2] == [
+        "!nvidia-smi\n",
+        "%matplotlib inline\n",
+        'device = torch.device("npu")\n',
+        "x = torch.randn(4).npu()",
+    ]
+    assert sources[3] == "print(torch.npu.is_available())", "a string source stays a string"
+    assert sources[4] == before["cells"][4]["source"] and sources[0] == before["cells"][0]["source"]
+    for old, new in zip(before["cells"], after["cells"], strict=True):
+        old.pop("source"), new.pop("source")
+        assert old == new, "outputs, metadata and counts as they were"
+    assert before["metadata"] == after["metadata"]
+    written = json.loads(notebook.read_text())
+    assert notebook.read_text() == json.dumps(written, indent=1, ensure_ascii=False) + "\n", "layout kept"
+
+
+def test_untouched_and_unreproducible_notebooks_stay_byte_identical(tmp_path: Path) -> None:
+    for name in ("plain.ipynb", "hand_edited.ipynb"):
+        shutil.copy(NOTEBOOKS / name, tmp_path / name)
+    result = run_cli("apply", ".", "--no-change-list", cwd=tmp_path)
+    assert "cannot be written back byte for byte; re-save it in Jupyter" in result.stdout
+    for name in ("plain.ipynb", "hand_edited.ipynb"):
+        assert (tmp_path / name).read_bytes() == (NOTEBOOKS / name).read_bytes()
+
+
+def test_a_cell_that_does_not_parse_is_named(tmp_path: Path) -> None:
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    cells = [{**cell, "source": "import torch\n"}, {**cell, "source": "x = torch.cuda(\n"}]
+    (tmp_path / "bad.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4}, indent=1))
+    result = run_cli("scan", "bad.ipynb", cwd=tmp_path)
+    assert result.returncode == 2 and "cell 2 line" in result.stdout
