@@ -67,3 +67,14 @@ def test_a_cell_that_does_not_parse_is_named(tmp_path: Path) -> None:
     (tmp_path / "bad.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4}, indent=1))
     result = run_cli("scan", "bad.ipynb", cwd=tmp_path)
     assert result.returncode == 2 and "cell 2 line" in result.stdout
+
+
+def test_ci_formats_say_the_cell(tmp_path: Path) -> None:
+    """SARIF and GitHub have no cells: the notebook is the location, the cell in the text."""
+    github = run_cli("scan", "train.ipynb", "--format", "github", cwd=NOTEBOOKS).stdout.splitlines()
+    assert github[0].startswith("::warning file=train.ipynb,title=NPU809 [manual] cell 3 line 1::")
+    sarif = json.loads(run_cli("scan", "train.ipynb", "--format", "sarif", cwd=NOTEBOOKS).stdout)
+    first = sarif["runs"][0]["results"][0]
+    assert first["properties"]["cell"] == 3 and "region" not in first["locations"][0]["physicalLocation"]
+    rows = run_cli("scan", "train.ipynb", "--format", "csv", cwd=NOTEBOOKS).stdout
+    assert "cell 3: `!nvidia-smi` runs nvidia-smi" in rows

@@ -39,6 +39,8 @@ def change_rows(outcomes: list[FileOutcome], not_written: dict[str, str] | None 
             rows.append(_row(display, line, line, "DELETE", f"unused import of {name}", None))
         for finding in outcome.result.findings:
             kind, text = _operation(finding)
+            if finding.cell:  # a notebook's lines are the cell's
+                text = f"cell {finding.cell}: {text}"
             rows.append(_row(display, finding.line, finding.end_line, kind, text, finding))
     return sorted(rows, key=lambda r: (r["File"], r["Start Line"]))
 

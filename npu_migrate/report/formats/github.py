@@ -22,9 +22,9 @@ def _property(text: str) -> str:
 def write(console: Console, report: Report) -> None:
     for outcome in report.outcomes:
         for f in outcome.result.findings:
-            where = (
-                f"file={_property(outcome.file.display)},line={f.line},col={f.column},"
-                f"endLine={f.end_line},endColumn={f.end_column}"
-            )
-            title = _property(f"{f.rule.code} [{label(f)}]")
+            where = f"file={_property(outcome.file.display)}"
+            if f.cell is None:  # a notebook's lines are its cells', not the file's: the file is annotated
+                where += f",line={f.line},col={f.column},endLine={f.end_line},endColumn={f.end_column}"
+            cell = f" cell {f.cell} line {f.line}" if f.cell else ""
+            title = _property(f"{f.rule.code} [{label(f)}]{cell}")
             console.file.write(f"::{COMMAND[f.rule.severity]} {where},title={title}::{_data(message(f))}\n")

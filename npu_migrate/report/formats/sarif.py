@@ -83,6 +83,16 @@ def _result(display: str, finding: Finding, rule_index: int, fingerprint: str) -
         "endLine": finding.end_line,
         "endColumn": finding.end_column,
     }
+    if finding.cell is not None:  # SARIF has no cells: the notebook is the location, the cell a property
+        return {
+            "ruleId": finding.rule.code,
+            "ruleIndex": rule_index,
+            "level": LEVEL[finding.rule.severity],
+            "message": {"text": f"cell {finding.cell} line {finding.line}: {message(finding)}"},
+            "locations": [{"physicalLocation": {"artifactLocation": location}}],
+            "partialFingerprints": {"npuMigrate/v1": fingerprint},
+            "properties": {"label": label(finding), "cell": finding.cell, "cellLine": finding.line},
+        }
     result: dict[str, Any] = {
         "ruleId": finding.rule.code,
         "ruleIndex": rule_index,
