@@ -78,3 +78,12 @@ def test_ci_formats_say_the_cell(tmp_path: Path) -> None:
     assert first["properties"]["cell"] == 3 and "region" not in first["locations"][0]["physicalLocation"]
     rows = run_cli("scan", "train.ipynb", "--format", "csv", cwd=NOTEBOOKS).stdout
     assert "cell 3: `!nvidia-smi` runs nvidia-smi" in rows
+
+
+def test_the_summary_groups_findings_by_kind_of_file(tmp_path: Path) -> None:
+    shutil.copy(NOTEBOOKS / "train.ipynb", tmp_path / "train.ipynb")
+    (tmp_path / "train.py").write_text("import torch\n\ntorch.cuda.synchronize()\n")
+    result = run_cli("scan", ".", "--format", "json", cwd=tmp_path)
+    assert json.loads(result.stdout)["summary"]["by_file_kind"] == {"notebook": 5, "python": 1}
+    text = run_cli("scan", ".", cwd=tmp_path).stdout
+    assert "By kind of file: 5 in notebook files, 1 in python files." in text

@@ -13,6 +13,15 @@ def message(finding: Finding) -> str:
     return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
 
 
+def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:
+    return dict(Counter(file_kind(o.file.path.name) for o in outcomes for _ in o.result.findings))
+
+
+def file_kind(name: str) -> str:
+    """The kind of file a finding is in, as the summary groups them."""
+    return "notebook" if name.endswith(".ipynb") else "python"
+
+
 def location(finding: Finding) -> str:
     """`line:column`, or `cell N:line:column` in a notebook."""
     return (f"cell {finding.cell}:" if finding.cell else "") + f"{finding.line}:{finding.column}"
@@ -42,6 +51,7 @@ class Summary:
     skipped: list[tuple[str, str]]
     errors: list[tuple[str, str]]
     overridden: dict[str, int]  # catalog rule code -> findings a user rule replaced
+    by_file_kind: dict[str, int]  # kind of file (python, notebook) -> findings
     suppressed: int  # findings silenced by suppression comments
     unused_suppressions: list[tuple[str, int]]  # (file, line) of comments that silenced nothing
 
@@ -91,6 +101,7 @@ class Summary:
             skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
             errors=[(o.file.display, o.result.error) for o in outcomes if o.result.error],
             overridden=dict(sorted(overridden.items())),
+            by_file_kind=_by_file_kind(outcomes),
             suppressed=sum(o.result.suppressed for o in outcomes),
             unused_suppressions=[(o.file.display, n) for o in outcomes for n in o.result.unused_suppressions],
         )
@@ -110,6 +121,7 @@ class Summary:
             "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
             "errors": [{"file": f, "error": e} for f, e in self.errors],
             "overridden": self.overridden,
+            "by_file_kind": self.by_file_kind,
             "suppressed": self.suppressed,
             "unused_suppressions": [{"file": f, "line": n} for f, n in self.unused_suppressions],
         }

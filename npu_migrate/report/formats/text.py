@@ -63,6 +63,9 @@ def print_summary(console: Console, summary: Summary) -> None:
         f"{summary.opt_in} more with --unsafe, "
         f"{summary.manual} need a human, {summary.notes} note(s).",
     )
+    if len(summary.by_file_kind) > 1:
+        kinds = ", ".join(f"{n} in {kind} files" for kind, n in sorted(summary.by_file_kind.items()))
+        console.print(f"By kind of file: {kinds}.")
     if summary.suppressed:
         console.print(f"{summary.suppressed} finding(s) suppressed by `# npu-migrate: ignore` comments.")
     if summary.overridden:
