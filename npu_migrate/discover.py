@@ -130,12 +130,12 @@ def package_of(folder: Path) -> str:
     return f"{parent}.{folder.name}" if parent else folder.name
 
 
-PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
-FOUND_IN_TREES = (".py", ".ipynb")  # what a folder's walk takes (a .pyi stub holds no code to run)
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb", ".sh", ".bash")
+FOUND_IN_TREES = (".py", ".ipynb", ".sh", ".bash")  # a folder's walk (a .pyi stub holds no code to run)
 
 
 def _is_python(path: Path) -> bool:
-    """A .py file, a notebook, or a script whose shebang names Python."""
+    """A .py file, a notebook, a shell script, or a script whose shebang names Python, sh or bash."""
     if path.suffix in PYTHON_SUFFIXES:
         return True
     try:
@@ -143,7 +143,7 @@ def _is_python(path: Path) -> bool:
             first = handle.readline(200)
     except OSError:
         return False
-    return first.startswith(b"#!") and b"python" in first
+    return first.startswith(b"#!") and any(name in first for name in (b"python", b"/sh", b"bash", b"env sh"))
 
 
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:

@@ -208,9 +208,16 @@ def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicab
     """One file's result; a failure inside the engine is that file's error, not the run's."""
     from npu_migrate.engine.source import migrate_source
     from npu_migrate.notebook import is_notebook, migrate_notebook
+    from npu_migrate.shell import is_shell_script, migrate_shell
 
     assert file.data is not None
-    handler = migrate_notebook if is_notebook(file.path.name) else migrate_source  # by kind of file
+    handler = (  # by kind of file
+        migrate_notebook
+        if is_notebook(file.path.name)
+        else migrate_shell
+        if is_shell_script(file.path.name, file.data[:200].split(b"\n", 1)[0])
+        else migrate_source
+    )
     try:
         return _on_deep_stack(handler, file.data, index, enabled, file.module)
     except Exception as exc:  # an engine bug must not cost the user the other files

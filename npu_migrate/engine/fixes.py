@@ -38,7 +38,7 @@ def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression
     return new.with_changes(lpar=old.lpar, rpar=old.rpar)
 
 
-def _substituted(text: str, edits: list[Substitute]) -> str:
+def substituted(text: str, edits: list[Substitute]) -> str:
     for edit in edits:
         text = compile_rule_regex(edit.pattern).sub(edit.to, text)
     return text
@@ -51,9 +51,9 @@ def substitute_string(
         quote = node.quote
         start = len(node.prefix) + len(quote)
         inner = node.value[start : len(node.value) - len(quote)]
-        return node.with_changes(value=node.value[:start] + _substituted(inner, edits) + quote)
+        return node.with_changes(value=node.value[:start] + substituted(inner, edits) + quote)
     parts = [
-        part.with_changes(value=_substituted(part.value, edits))
+        part.with_changes(value=substituted(part.value, edits))
         if isinstance(part, cst.FormattedStringText)
         else part
         for part in node.parts

@@ -19,7 +19,7 @@ def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:
 
 def file_kind(name: str) -> str:
     """The kind of file a finding is in, as the summary groups them."""
-    return "notebook" if name.endswith(".ipynb") else "python"
+    return "notebook" if name.endswith(".ipynb") else "shell" if name.endswith((".sh", ".bash")) else "python"
 
 
 def location(finding: Finding) -> str:

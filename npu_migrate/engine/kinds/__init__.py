@@ -11,6 +11,7 @@ from npu_migrate.engine.kinds.import_ import ImportKind
 from npu_migrate.engine.kinds.method import MethodKind
 from npu_migrate.engine.kinds.name import NameKind
 from npu_migrate.engine.kinds.pattern import PatternKind
+from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellWordKind
 from npu_migrate.engine.kinds.string import StringKind
 
 KINDS: tuple[type[Kind], ...] = (
@@ -21,9 +22,17 @@ KINDS: tuple[type[Kind], ...] = (
     StringKind,
     ImportKind,
     PatternKind,
+    ShellEnvKind,
+    ShellWordKind,
+    ShellCommandKind,
 )
 
 
 def kind_of(match: object) -> type[Kind]:
     """The kind whose schema a parsed `match:` mapping is."""
     return next(kind for kind in KINDS if isinstance(match, kind.schema))
+
+
+def content_of(match: object) -> str:
+    """The kind of file a rule with this match applies to: python (and notebooks), or shell."""
+    return kind_of(match).content

@@ -111,6 +111,7 @@ class Kind(ABC, Generic[Schema]):
     schema: ClassVar[type[Strict]]  # the model of the mapping under that key
     matcher_type: ClassVar[type[Matcher]]  # its hooks over one file
     fixes: ClassVar[frozenset[str]] = frozenset()  # the fix kinds its rules may use
+    content: ClassVar[str] = "python"  # the kind of file its rules match in (shell: shell.py)
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = [r for r in rules if isinstance(r.match, self.schema)]

@@ -1,0 +1,71 @@
+"""Match kinds for shell launch scripts (`*.sh`, `*.bash`, a sh/bash shebang): `shell_env`, a
+variable whose name the regex matches where a script sets, exports or expands it (fixed by
+substitution on the name), `shell_word`, an argument a command is given (a word, or a quoted
+string's text; fixed by substitution), and `shell_command`, a command by its name (fixed by a template that
+replaces a plain use, one without arguments). The Python transformer has nothing to do with
+them: npu_migrate/shell.py finds them in a script's syntax tree."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from npu_migrate.engine.kinds.base import Kind, Matcher
+from npu_migrate.prefilter import Prefilter
+from npu_migrate.rules.base import Regex, Strict
+
+
+class ShellEnvMatch(Strict):
+    shell_env: Regex = Field(description="Regex the whole variable name must match.")
+
+
+class ShellWordMatch(Strict):
+    shell_word: Regex = Field(description="Regex an argument's whole text must match.")
+
+
+class ShellCommandMatch(Strict):
+    shell_command: str = Field(pattern=r"^[\w.+-]+$", description="The command's name, as a script runs it.")
+
+
+class _ShellKind(Kind):
+    """No Python file holds a shell rule's match: nothing for the prefilter or the regions."""
+
+    matcher_type = Matcher
+    content: ClassVar[str] = "shell"
+
+    def need(self, prefilter: Prefilter) -> None:
+        return None
+
+    def anchor(self, anchors: object) -> None:
+        return None
+
+
+class ShellEnvKind(_ShellKind):
+    key = "shell_env"
+    schema = ShellEnvMatch
+    fixes = frozenset({"substitute"})
+
+    @staticmethod
+    def keys(match: ShellEnvMatch) -> set[str]:
+        return {f"shell_env:{match.shell_env}"}
+
+
+class ShellCommandKind(_ShellKind):
+    key = "shell_command"
+    schema = ShellCommandMatch
+    fixes = frozenset({"template"})
+
+    @staticmethod
+    def keys(match: ShellCommandMatch) -> set[str]:
+        return {f"shell_command:{match.shell_command}"}
+
+
+class ShellWordKind(_ShellKind):
+    key = "shell_word"
+    schema = ShellWordMatch
+    fixes = frozenset({"substitute"})
+
+    @staticmethod
+    def keys(match: ShellWordMatch) -> set[str]:
+        return {f"shell_word:{match.shell_word}"}

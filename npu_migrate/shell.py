@@ -1,0 +1,175 @@
+"""Shell launch scripts as the engine's rules see them: tree-sitter's bash grammar (a real shell
+parser, not text substitution) finds where a script sets, exports or expands a variable and
+which commands it runs; the `shell_env` and `shell_command` rules (engine/kinds/shell.py) match
+there, and their fixes edit those exact bytes. Comments, quoting, heredoc bodies and every other
+byte stay as they were; a rewrite that `bash -n` refuses is not written."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from npu_migrate.engine.fixes import substituted
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.kinds.shell import ShellCommandMatch, ShellEnvMatch, ShellWordMatch
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
+from npu_migrate.rules.regex import compile_rule_regex
+
+if TYPE_CHECKING:
+    from npu_migrate.rules.schema import Rule
+
+SHELL_MATCHES = (ShellEnvMatch, ShellWordMatch, ShellCommandMatch)
+PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
+SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
+
+
+def is_shell_script(name: str, first_line: bytes = b"") -> bool:
+    """A `.sh` or `.bash` file, or a script whose shebang names sh or bash."""
+    return name.endswith((".sh", ".bash")) or (
+        first_line.startswith(b"#!") and any(s in first_line for s in SHELLS)
+    )
+
+
+@dataclass(frozen=True)
+class _Site:
+    kind: str  # "variable" (a name set, exported or expanded), "word" (an argument) or "command"
+    node: Any  # the tree-sitter node of the name
+    text: str
+    arguments: int = 0  # a command's
+
+
+@cache
+def _parser() -> Any:
+    import tree_sitter_bash
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_bash.language()))
+
+
+def migrate_shell(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    tree = _parser().parse(data)
+    if tree.root_node.has_error:
+        line = _first_error(tree.root_node).start_point[0] + 1
+        return FileResult(error=f"line {line}: not a script bash can parse")
+    rules = [r for r in index.rules if isinstance(r.match, SHELL_MATCHES)]
+    findings: list[Finding] = []
+    edits: list[tuple[int, int, bytes]] = []
+    for site in _sites(tree.root_node, data):
+        matching = [r for r in rules if _matches(r, site)]
+        if not matching:
+            continue
+        rule = _winner(matching)
+        held = PLAIN_ONLY if rule.fix and site.kind == "command" and site.arguments else None
+        fixed = None if held else _fixed(rule, site)
+        applied = fixed is not None and rule.applicability in enabled
+        node = site.node
+        findings.append(
+            Finding(
+                rule=rule.info,
+                line=node.start_point[0] + 1,
+                column=node.start_point[1] + 1,
+                end_line=node.end_point[0] + 1,
+                end_column=node.end_point[1] + 1,
+                code=site.text,
+                replacement=fixed,
+                applied=applied,
+                held=held,
+            )
+        )
+        if applied and fixed is not None:
+            edits.append((node.start_byte, node.end_byte, fixed.encode()))
+    result = FileResult(findings=findings)
+    if edits:
+        new = data
+        for start, end, text in sorted(edits, reverse=True):
+            new = new[:start] + text + new[end:]
+        refused = _bash_refuses(new)
+        if refused:
+            return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
+        result.new_source = new
+    return result
+
+
+def _winner(matching: list[Rule]) -> Rule:
+    """A user's rule before the catalog's, then one that supersedes the others."""
+    ranked = sorted(matching, key=lambda r: r.builtin)
+    beaten = {code for r in ranked for code in r.supersedes}
+    return next((r for r in ranked if r.code not in beaten), ranked[0])
+
+
+def _matches(rule: Rule, site: _Site) -> bool:
+    match = rule.match
+    if isinstance(match, ShellEnvMatch):
+        return site.kind == "variable" and bool(compile_rule_regex(match.shell_env).fullmatch(site.text))
+    if isinstance(match, ShellWordMatch):
+        return site.kind == "word" and bool(compile_rule_regex(match.shell_word).fullmatch(site.text))
+    if isinstance(match, ShellCommandMatch):
+        return site.kind == "command" and site.text == match.shell_command
+    return False
+
+
+def _fixed(rule: Rule, site: _Site) -> str | None:
+    if rule.fix is None:
+        return None
+    if rule.fix.substitute:
+        return substituted(site.text, rule.fix.substitute)
+    return rule.fix.template
+
+
+def _sites(node: Any, data: bytes) -> Iterator[_Site]:
+    """Variable names where they are set, exported or expanded, and commands with their argument
+    counts, in order; nothing inside a heredoc's body or a comment (text, not code)."""
+    if node.type in ("heredoc_body", "comment"):
+        return
+    if node.type in ("variable_assignment", "simple_expansion", "expansion"):
+        name = next((c for c in node.children if c.type == "variable_name"), None)
+        if name is not None:
+            yield _Site("variable", name, data[name.start_byte : name.end_byte].decode(errors="replace"))
+    elif node.type == "command":
+        name = next((c for c in node.children if c.type == "command_name"), None)
+        if name is not None:
+            arguments = [c for c in node.children if c.start_byte >= name.end_byte and c.type != "comment"]
+            text = data[name.start_byte : name.end_byte].decode(errors="replace")
+            given = [a for a in arguments if not a.type.endswith("redirect")]
+            yield _Site("command", name, text, len(given))
+            for argument in given:  # a word, or a double-quoted string's only, literal content
+                inner = _literal(argument)
+                if inner is not None:
+                    literal = data[inner.start_byte : inner.end_byte].decode(errors="replace")
+                    yield _Site("word", inner, literal)
+    for child in node.children:
+        yield from _sites(child, data)
+
+
+def _literal(argument: Any) -> Any:
+    """The node of an argument's literal text: a word, or a double-quoted string's content when
+    that is all it holds (single-quoted strings are left alone: a raw string's text has no node
+    of its own)."""
+    if argument.type == "word":
+        return argument
+    if argument.type == "string":
+        inside = [c for c in argument.children if c.type != '"']
+        return inside[0] if len(inside) == 1 and inside[0].type == "string_content" else None
+    return None
+
+
+def _first_error(node: Any) -> Any:
+    for child in node.children:
+        if child.has_error:
+            return _first_error(child) if child.type != "ERROR" else child
+    return node
+
+
+def _bash_refuses(script: bytes) -> str | None:
+    """What `bash -n` says of the script, or None when it accepts it (or there is no bash)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        return None
+    done = subprocess.run([bash, "-n"], input=script, capture_output=True, check=False)
+    return done.stderr.decode(errors="replace").strip().splitlines()[0] if done.returncode else None

@@ -1,0 +1,53 @@
+"""Shell launch scripts through the command line: found in folders, parsed by a real shell
+grammar, rewritten where the rules say and nowhere else (comments, quoting, heredocs kept), the
+result accepted by bash -n, and a script that does not parse reported and left alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+LAUNCH = FIXTURES / "launch" / "src"
+
+
+def test_a_launch_script_is_scanned_by_its_syntax(tmp_path: Path) -> None:
+    result = run_cli("scan", LAUNCH, "--format", "json", cwd=tmp_path)
+    found = [(f["line"], f["code"], f["label"]) for f in json.loads(result.stdout)["findings"]]
+    assert found == [
+        (5, "NPU751", "safe"),  # export CUDA_VISIBLE_DEVICES=...
+        (6, "NPU752", "manual"),  # NCCL_DEBUG: no drop-in twin
+        (7, "NPU751", "safe"),  # PYTORCH_CUDA_ALLOC_CONF
+        (9, "NPU830", "safe"),  # a plain nvidia-smi
+        (10, "NPU830", "held"),  # with flags: npu-smi's differ
+        (12, "NPU751", "safe"),  # NCCL_SOCKET_IFNAME for one command
+        (12, "NPU751", "safe"),  # $CUDA_VISIBLE_DEVICES inside $(...)
+        (13, "NPU150", "unsafe"),  # --device cuda: a device, as far as the script can tell
+    ], "the heredoc's body and the single-quoted string are text"
+    assert json.loads(result.stdout)["summary"]["by_file_kind"] == {"shell": 8}
+
+
+def test_apply_edits_only_the_matched_names_and_bash_accepts_the_result(tmp_path: Path) -> None:
+    tree = tmp_path / "launch"
+    shutil.copytree(LAUNCH, tree)
+    result = run_cli("apply", tree, "--no-change-list", "--unsafe", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout  # NCCL_DEBUG and the nvidia-smi query stay a human's
+    before = (LAUNCH / "train.sh").read_text().splitlines()
+    after = (tree / "train.sh").read_text().splitlines()
+    changed = [n for n, (a, b) in enumerate(zip(before, after, strict=True), start=1) if a != b]
+    assert changed == [5, 7, 9, 12, 13]
+    assert after[12] == "    train.py --device npu"
+    assert after[8] == "npu-smi info" and after[4].endswith("  # which cards")
+    assert (tree / "clean.sh").read_bytes() == (LAUNCH / "clean.sh").read_bytes()
+    assert subprocess.run(["bash", "-n", tree / "train.sh"], check=False).returncode == 0
+
+
+def test_a_script_bash_cannot_parse_is_reported_and_left_alone(tmp_path: Path) -> None:
+    script = tmp_path / "broken.sh"
+    script.write_text("export CUDA_VISIBLE_DEVICES=0\nif then fi (\n")
+    result = run_cli("apply", script, "--no-change-list", cwd=tmp_path)
+    assert result.returncode == 2 and "not a script bash can parse" in result.stdout
+    assert script.read_text() == "export CUDA_VISIBLE_DEVICES=0\nif then fi (\n"
