@@ -84,7 +84,7 @@ def migrate_shell(
         )
         if applied and fixed is not None:
             edits.append((node.start_byte, node.end_byte, fixed.encode()))
-    result = FileResult(findings=findings)
+    result = FileResult(findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)))
     if edits:
         new = data
         for start, end, text in sorted(edits, reverse=True):
