@@ -28,10 +28,9 @@ SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
 
 
 def is_shell_script(name: str, first_line: bytes = b"") -> bool:
-    """A `.sh` or `.bash` file, or a script whose shebang names sh or bash."""
-    return name.endswith((".sh", ".bash")) or (
-        first_line.startswith(b"#!") and any(s in first_line for s in SHELLS)
-    )
+    """A `.sh` or `.bash` file, or a script (not a .py file) whose shebang names sh or bash."""
+    shebang = first_line.startswith(b"#!") and any(shell in first_line for shell in SHELLS)
+    return name.endswith((".sh", ".bash")) or (shebang and not name.endswith((".py", ".pyi")))
 
 
 @dataclass(frozen=True)
