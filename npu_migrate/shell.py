@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 SHELL_MATCHES = (ShellEnvMatch, ShellWordMatch, ShellCommandMatch)
+_regex = cache(compile_rule_regex)  # each rule's, compiled once, not at every site of every script
 PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
 SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
 
@@ -105,9 +106,9 @@ def _winner(matching: list[Rule]) -> Rule:
 def _matches(rule: Rule, site: _Site) -> bool:
     match = rule.match
     if isinstance(match, ShellEnvMatch):
-        return site.kind == "variable" and bool(compile_rule_regex(match.shell_env).fullmatch(site.text))
+        return site.kind == "variable" and bool(_regex(match.shell_env).fullmatch(site.text))
     if isinstance(match, ShellWordMatch):
-        return site.kind == "word" and bool(compile_rule_regex(match.shell_word).fullmatch(site.text))
+        return site.kind == "word" and bool(_regex(match.shell_word).fullmatch(site.text))
     if isinstance(match, ShellCommandMatch):
         return site.kind == "command" and site.text == match.shell_command
     return False
