@@ -62,8 +62,12 @@ def migrate_notebook(
         )  # fmt: skip
 
     result.findings = [in_cell(f) for f in result.findings]
+    result.unused_suppressions = [_cell_line(starts, n)[1] for n in result.unused_suppressions]
+    if not result.findings:
+        return result
     result.added_imports = [(_cell_line(starts, n)[1], m) for n, m in result.added_imports]
     result.added_helpers = [(_cell_line(starts, n)[1], m) for n, m in result.added_helpers]
+    result.removed_imports = [(_cell_line(starts, n)[1], m) for n, m in result.removed_imports]
     layout = _layout(data, notebook)
     if layout is None:  # a scan says so too: what apply would do
         held = [
