@@ -6,6 +6,7 @@ byte stay as they were; a rewrite that `bash -n` refuses is not written."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 SHELL_MATCHES = (ShellEnvMatch, ShellWordMatch, ShellCommandMatch)
 _regex = cache(compile_rule_regex)  # each rule's, compiled once, not at every site of every script
+IN_TEXT = "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides"
+_NAME = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]*\b")
 PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
 SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
 
@@ -40,6 +43,18 @@ class _Site:
     node: Any  # the tree-sitter node of the name
     text: str
     arguments: int = 0  # a command's
+    in_text: bool = False  # spelled in a heredoc's text: reported, never fixed
+
+
+class _Span:
+    """Where a name in a heredoc's text is, as a tree-sitter node would say."""
+
+    def __init__(self, body: Any, text: bytes, start: int, end: int) -> None:
+        line_start = text.rfind(b"\n", 0, start) + 1
+        line = body.start_point[0] + text.count(b"\n", 0, start)
+        column = start - line_start + (body.start_point[1] if line_start == 0 else 0)
+        self.start_byte, self.end_byte = body.start_byte + start, body.start_byte + end
+        self.start_point, self.end_point = (line, column), (line, column + end - start)
 
 
 @cache
@@ -65,7 +80,8 @@ def migrate_shell(
         if not matching:
             continue
         rule = _winner(matching)
-        held = PLAIN_ONLY if rule.fix and site.kind == "command" and site.arguments else None
+        held = IN_TEXT if rule.fix and site.in_text else None
+        held = held or (PLAIN_ONLY if rule.fix and site.kind == "command" and site.arguments else None)
         fixed = None if held else _fixed(rule, site)
         applied = fixed is not None and rule.applicability in enabled
         node = site.node
@@ -124,8 +140,15 @@ def _fixed(rule: Rule, site: _Site) -> str | None:
 
 def _sites(node: Any, data: bytes) -> Iterator[_Site]:
     """Variable names where they are set, exported or expanded, and commands with their argument
-    counts, in order; nothing inside a heredoc's body or a comment (text, not code)."""
-    if node.type in ("heredoc_body", "comment"):
+    counts, in order; in a heredoc's body (text, which what reads it interprets), the names it
+    spells, reported but never fixed; nothing in a comment."""
+    if node.type == "comment":
+        return
+    if node.type == "heredoc_body":
+        body = data[node.start_byte : node.end_byte]
+        for spelled in _NAME.finditer(body):
+            span = _Span(node, body, spelled.start(), spelled.end())
+            yield _Site("variable", span, spelled[0].decode(errors="replace"), in_text=True)
         return
     if node.type in ("variable_assignment", "simple_expansion", "expansion"):
         name = next((c for c in node.children if c.type == "variable_name"), None)
