@@ -18,7 +18,7 @@ HOOKS = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.
 
 def run_hook(hook_id: str, root: Path, *files: str) -> subprocess.CompletedProcess[str]:
     hook = HOOKS[hook_id]
-    assert hook["language"] == "python" and hook["types"] == ["python"]
+    assert hook["language"] == "python" and hook["types_or"] == ["python", "jupyter", "shell"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run([*hook["entry"].split(), *files], cwd=root, env=env, capture_output=True, text=True)
 
