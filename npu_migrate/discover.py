@@ -130,20 +130,37 @@ def package_of(folder: Path) -> str:
     return f"{parent}.{folder.name}" if parent else folder.name
 
 
-PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb", ".sh", ".bash")
+SUFFIXES = {".py": "python", ".pyi": "python", ".ipynb": "notebook", ".sh": "shell", ".bash": "shell"}
 FOUND_IN_TREES = (".py", ".ipynb", ".sh", ".bash")  # a folder's walk (a .pyi stub holds no code to run)
+SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
 
 
-def _is_python(path: Path) -> bool:
-    """A .py file, a notebook, a shell script, or a script whose shebang names Python, sh or bash."""
-    if path.suffix in PYTHON_SUFFIXES:
+def file_kind(name: str, first_line: bytes) -> str | None:
+    """What a file is to npu-migrate, "python", "notebook" or "shell", by its suffix or else its
+    shebang; None: nothing it reads. The pipeline picks the file's handler by it."""
+    kind = SUFFIXES.get(Path(name).suffix)
+    if kind is not None or not first_line.startswith(b"#!"):
+        return kind
+    if b"python" in first_line:
+        return "python"
+    return "shell" if any(shell in first_line for shell in SHELLS) else None
+
+
+def kind_of(file: SourceFile) -> str:
+    """A read file's kind (one named on the command line was taken for its kind, or its suffix)."""
+    return file_kind(file.path.name, (file.data or b"")[:200].split(b"\n", 1)[0]) or "python"
+
+
+def _readable(path: Path) -> bool:
+    """A file npu-migrate reads: see file_kind."""
+    if path.suffix in SUFFIXES:
         return True
     try:
         with path.open("rb") as handle:
             first = handle.readline(200)
     except OSError:
         return False
-    return first.startswith(b"#!") and any(name in first for name in (b"python", b"/sh", b"bash", b"env sh"))
+    return file_kind(path.name, first) is not None
 
 
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:
@@ -164,7 +181,7 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
 
     for top in paths:
         if top.is_file():
-            if _is_python(top):
+            if _readable(top):
                 add(top, str(top), None)
             else:
                 found.append(SourceFile(top, printable(str(top)), skipped="not a Python file"))

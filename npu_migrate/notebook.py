@@ -27,10 +27,6 @@ _SHELL_IMPORT = f"import subprocess as {_SHELL}  # <npu-migrate-shell>\n"
 LAYOUT = "the notebook's JSON layout cannot be written back byte for byte; re-save it in Jupyter"
 
 
-def is_notebook(name: str) -> bool:
-    return name.endswith(".ipynb")
-
-
 def migrate_notebook(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npu_migrate.cache import ResultCache
+from npu_migrate.discover import kind_of
 from npu_migrate.model import Applicability, FileOutcome, FileResult, SourceFile
 
 if TYPE_CHECKING:
@@ -204,22 +205,26 @@ def _supervise(
     return []
 
 
+def handler(kind: str) -> Callable[..., FileResult]:
+    """What migrates a kind of file (discover.file_kind): `(data, index, enabled, where)`."""
+    if kind == "notebook":
+        from npu_migrate.notebook import migrate_notebook
+
+        return migrate_notebook
+    if kind == "shell":
+        from npu_migrate.shell import migrate_shell
+
+        return migrate_shell
+    from npu_migrate.engine.source import migrate_source
+
+    return migrate_source
+
+
 def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:
     """One file's result; a failure inside the engine is that file's error, not the run's."""
-    from npu_migrate.engine.source import migrate_source
-    from npu_migrate.notebook import is_notebook, migrate_notebook
-    from npu_migrate.shell import is_shell_script, migrate_shell
-
     assert file.data is not None
-    handler = (  # by kind of file
-        migrate_notebook
-        if is_notebook(file.path.name)
-        else migrate_shell
-        if is_shell_script(file.path.name, file.data[:200].split(b"\n", 1)[0])
-        else migrate_source
-    )
     try:
-        return _on_deep_stack(handler, file.data, index, enabled, file.module)
+        return _on_deep_stack(handler(kind_of(file)), file.data, index, enabled, file.module)
     except Exception as exc:  # an engine bug must not cost the user the other files
         return FileResult(error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}")
 

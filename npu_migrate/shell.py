@@ -28,13 +28,6 @@ _regex = cache(compile_rule_regex)  # each rule's, compiled once, not at every s
 IN_TEXT = "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides"
 _NAME = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]*\b")
 PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
-SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
-
-
-def is_shell_script(name: str, first_line: bytes = b"") -> bool:
-    """A `.sh` or `.bash` file, or a script (not a .py file) whose shebang names sh or bash."""
-    shebang = first_line.startswith(b"#!") and any(shell in first_line for shell in SHELLS)
-    return name.endswith((".sh", ".bash")) or (shebang and not name.endswith((".py", ".pyi")))
 
 
 @dataclass(frozen=True)

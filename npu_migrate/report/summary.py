@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from npu_migrate.discover import kind_of
 from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
 
@@ -14,12 +15,7 @@ def message(finding: Finding) -> str:
 
 
 def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:
-    return dict(Counter(file_kind(o.file.path.name) for o in outcomes for _ in o.result.findings))
-
-
-def file_kind(name: str) -> str:
-    """The kind of file a finding is in, as the summary groups them."""
-    return "notebook" if name.endswith(".ipynb") else "shell" if name.endswith((".sh", ".bash")) else "python"
+    return dict(Counter(kind_of(o.file) for o in outcomes for _ in o.result.findings))
 
 
 def location(finding: Finding) -> str:

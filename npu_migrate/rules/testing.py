@@ -4,12 +4,12 @@ that reports only beside other rules' matches (only_with) runs with those rules 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.index import RuleIndex
-from npu_migrate.engine.source import migrate_source
-from npu_migrate.model import FileResult
+from npu_migrate.engine.kinds import content_of
+from npu_migrate.pipeline import handler
 from npu_migrate.rules.base import Applicability
 from npu_migrate.rules.schema import Example, Rule
 
@@ -35,7 +35,7 @@ def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) 
     """None when the example holds, else what went wrong. `index`: the rule and its companions."""
     index = index or RuleIndex([rule])
     code = example.before or example.flagged or example.ok or ""
-    migrate = _handler(rule)
+    migrate = handler(content_of(rule.match))  # a shell rule's examples are scripts
     result = migrate(code.encode(), index, ALL_FIXES)
     if result.error:
         return f"example does not parse: {result.error}"
@@ -55,14 +55,6 @@ def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) 
     if again.new_source is not None:
         return f"not idempotent; a second run gave:\n{again.new_source.decode()}"
     return None
-
-
-def _handler(rule: Rule) -> Callable[..., FileResult]:
-    """What migrates the kind of file the rule's examples are: a shell rule's are scripts."""
-    from npu_migrate.engine.kinds import content_of
-    from npu_migrate.shell import migrate_shell
-
-    return migrate_shell if content_of(rule.match) == "shell" else migrate_source
 
 
 def check_rules(rules: list[Rule]) -> list[ExampleFailure]:
