@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from npu_migrate.model import FileOutcome
+from npu_migrate.report.fingerprint import fingerprints
 from npu_migrate.report.gate import FailOn
 from npu_migrate.report.summary import Summary
 
@@ -25,6 +27,11 @@ class Report:
     summary: Summary
     rules: Callable[[], Mapping[str, Rule]]  # by code, loaded when a format asks (SARIF's descriptions)
     fail_on: FailOn = FailOn.work  # which findings fail the gate (JUnit's failures)
+
+    @cached_property
+    def fingerprints(self) -> dict[int, str]:
+        """Each finding's fingerprint by id(): computed once for every format of the run."""
+        return fingerprints(self.outcomes)
 
 
 Writer = Callable[[Console, Report], None]

@@ -7,7 +7,6 @@ import json
 from rich.console import Console
 
 from npu_migrate.model import Finding, Severity
-from npu_migrate.report.fingerprint import fingerprints
 from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import label, message
 
@@ -24,7 +23,7 @@ def severity(finding: Finding) -> str:
 
 
 def write(console: Console, report: Report) -> None:
-    prints = fingerprints(report.outcomes)
+    prints = report.fingerprints
     issues = [
         {
             "description": f"{f.rule.code} {message(f)}",

@@ -7,13 +7,13 @@ import json
 
 from rich.console import Console
 
-from npu_migrate.report.fingerprint import docs_anchor, fingerprints
+from npu_migrate.report.fingerprint import docs_anchor
 from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import finding_dict
 
 
 def write(console: Console, report: Report) -> None:
-    prints = fingerprints(report.outcomes)
+    prints = report.fingerprints
     findings = [
         {**finding_dict(o.file.display, f), "fingerprint": prints[id(f)], "docs": docs_anchor(f)}
         for o in report.outcomes

@@ -12,7 +12,6 @@ from typing import Any
 from rich.console import Console
 
 from npu_migrate.model import Finding, Severity
-from npu_migrate.report.fingerprint import fingerprints
 from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import label, message
 
@@ -23,7 +22,7 @@ LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "n
 def write(console: Console, report: Report) -> None:
     codes = sorted({f.rule.code for o in report.outcomes for f in o.result.findings})
     index = {code: i for i, code in enumerate(codes)}
-    prints = fingerprints(report.outcomes)
+    prints = report.fingerprints
     results = [
         _result(o.file.display, f, index[f.rule.code], prints[id(f)])
         for o in report.outcomes
