@@ -74,6 +74,7 @@ class Finding:
     applied: bool
     held: str | None = None  # why the rule's fix is held back here: the code is kept as it is
     cell: int | None = None  # in a notebook: the cell (1-based, every cell counted); lines are the cell's
+    detail: str | None = None  # what this finding adds to its rule's message (where an operator is called)
 
 
 @dataclass

@@ -11,7 +11,8 @@ from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
 
 def message(finding: Finding) -> str:
-    return finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
+    text = finding.rule.message.replace("{match}", finding.code.splitlines()[0] if finding.code else "")
+    return f"{text}; {finding.detail}" if finding.detail else text
 
 
 def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:

@@ -20,6 +20,7 @@ from npu_migrate.rules.base import Strict
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
     from npu_migrate.engine.regions import Anchors
+    from npu_migrate.engine.sites import Site
     from npu_migrate.prefilter import Prefilter
     from npu_migrate.rules.schema import Rule
 
@@ -111,7 +112,7 @@ class Kind(ABC, Generic[Schema]):
     schema: ClassVar[type[Strict]]  # the model of the mapping under that key
     matcher_type: ClassVar[type[Matcher]]  # its hooks over one file
     fixes: ClassVar[frozenset[str]] = frozenset()  # the fix kinds its rules may use
-    content: ClassVar[str] = "python"  # the kind of file its rules match in (shell: shell.py)
+    content: ClassVar[str] = "python"  # the kind of file its rules match in (else: engine/sites.py)
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = [r for r in rules if isinstance(r.match, self.schema)]
@@ -142,6 +143,11 @@ class Kind(ABC, Generic[Schema]):
         """Tell the region finder, rule by rule, what every match spells (see engine.regions).
         A match the regions miss is a finding lost, so a rule that cannot say gives no anchor,
         and then every file is parsed whole."""
+
+    @staticmethod
+    def hit(match: Schema, site: Site) -> bool:
+        """Whether a rule of this kind matches a site of a file that is not Python."""
+        return False
 
     def matcher(self, ctx: FileContext) -> Matcher:
         """The hooks that find these rules in one file."""

@@ -7,13 +7,15 @@ them: npu_migrate/shell.py finds them in a script's syntax tree."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
-from npu_migrate.engine.kinds.base import Kind, Matcher
-from npu_migrate.prefilter import Prefilter
+from npu_migrate.engine.kinds.site import SiteKind, full_match
 from npu_migrate.rules.base import Regex, Strict
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.sites import Site
 
 
 class ShellEnvMatch(Strict):
@@ -28,44 +30,46 @@ class ShellCommandMatch(Strict):
     shell_command: str = Field(pattern=r"^[\w.+-]+$", description="The command's name, as a script runs it.")
 
 
-class _ShellKind(Kind):
-    """No Python file holds a shell rule's match: nothing for the prefilter or the regions."""
-
-    matcher_type = Matcher
-    content: ClassVar[str] = "shell"
-
-    def need(self, prefilter: Prefilter) -> None:
-        return None
-
-    def anchor(self, anchors: object) -> None:
-        return None
-
-
-class ShellEnvKind(_ShellKind):
+class ShellEnvKind(SiteKind):
     key = "shell_env"
     schema = ShellEnvMatch
     fixes = frozenset({"substitute"})
+    content: ClassVar[str] = "shell"
 
     @staticmethod
     def keys(match: ShellEnvMatch) -> set[str]:
         return {f"shell_env:{match.shell_env}"}
 
+    @staticmethod
+    def hit(match: ShellEnvMatch, site: Site) -> bool:
+        return site.kind == "variable" and full_match(match.shell_env, site.text)
 
-class ShellCommandKind(_ShellKind):
+
+class ShellCommandKind(SiteKind):
     key = "shell_command"
     schema = ShellCommandMatch
     fixes = frozenset({"template"})
+    content: ClassVar[str] = "shell"
 
     @staticmethod
     def keys(match: ShellCommandMatch) -> set[str]:
         return {f"shell_command:{match.shell_command}"}
 
+    @staticmethod
+    def hit(match: ShellCommandMatch, site: Site) -> bool:
+        return site.kind == "command" and site.text == match.shell_command
 
-class ShellWordKind(_ShellKind):
+
+class ShellWordKind(SiteKind):
     key = "shell_word"
     schema = ShellWordMatch
     fixes = frozenset({"substitute"})
+    content: ClassVar[str] = "shell"
 
     @staticmethod
     def keys(match: ShellWordMatch) -> set[str]:
         return {f"shell_word:{match.shell_word}"}
+
+    @staticmethod
+    def hit(match: ShellWordMatch, site: Site) -> bool:
+        return site.kind == "word" and full_match(match.shell_word, site.text)
