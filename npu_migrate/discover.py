@@ -1,11 +1,13 @@
-"""Finding the files to look at: Python files under the given paths, honouring .gitignore,
-each read once (or skipped with a reason)."""
+"""Finding the files to look at: the files npu-migrate reads (Python, notebooks, scripts,
+dependency files, configs; see file_kind) under the given paths, honouring .gitignore, each read
+once (or skipped with a reason)."""
 
 from __future__ import annotations
 
 import errno
 import functools
 import os
+import re
 from pathlib import Path
 from stat import S_ISREG
 
@@ -130,15 +132,32 @@ def package_of(folder: Path) -> str:
     return f"{parent}.{folder.name}" if parent else folder.name
 
 
-SUFFIXES = {".py": "python", ".pyi": "python", ".ipynb": "notebook", ".sh": "shell", ".bash": "shell"}
-FOUND_IN_TREES = (".py", ".ipynb", ".sh", ".bash")  # a folder's walk (a .pyi stub holds no code to run)
+SUFFIXES = {
+    ".py": "python",
+    ".pyi": "python",
+    ".ipynb": "notebook",
+    ".sh": "shell",
+    ".bash": "shell",
+    ".json": "config",
+    ".yaml": "config",
+    ".yml": "config",
+}
+NAMES = {"pyproject.toml": "pyproject", "setup.py": "setup.py", "setup.cfg": "setup.cfg"}
+PATTERNS = (  # kinds by the shape of a name (lower case)
+    (re.compile(r"(.*[-_.])?(requirements|constraints)([-_.].*)?\.(txt|in)"), "requirements"),
+    (re.compile(r"(environment|conda|env)([-_.].*)?\.ya?ml"), "conda"),
+    (re.compile(r"(dockerfile|containerfile)([-_.].*)?|.*\.dockerfile"), "dockerfile"),
+    (re.compile(r"(gnu)?makefile|.*\.mk"), "makefile"),
+)
 SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
 
 
 def file_kind(name: str, first_line: bytes) -> str | None:
-    """What a file is to npu-migrate, "python", "notebook" or "shell", by its suffix or else its
-    shebang; None: nothing it reads. The pipeline picks the file's handler by it."""
-    kind = SUFFIXES.get(Path(name).suffix)
+    """What a file is to npu-migrate (its handler in the pipeline): by its name ("setup.py",
+    "pyproject", "requirements", ...), its suffix ("python", "notebook", "shell") or else its
+    shebang; None: nothing it reads."""
+    kind = NAMES.get(name) or next((k for p, k in PATTERNS if p.fullmatch(name.lower())), None)
+    kind = kind or SUFFIXES.get(Path(name).suffix)
     if kind is not None or not first_line.startswith(b"#!"):
         return kind
     if b"python" in first_line:
@@ -151,11 +170,23 @@ def kind_of(file: SourceFile) -> str:
     return file_kind(file.path.name, (file.data or b"")[:200].split(b"\n", 1)[0]) or "python"
 
 
-def _readable(path: Path) -> bool:
-    """A file npu-migrate reads: see file_kind."""
-    if path.suffix in SUFFIXES:
-        return True
+def _readable(path: Path, in_tree: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> bool:
+    """A file npu-migrate reads (see file_kind); in a folder's walk, not a .pyi stub (it holds no
+    code to run) nor a JSON or YAML file larger than the size limit (data: a dataset's annotations),
+    and a file without a suffix only when its shebang says so."""
+    kind = file_kind(path.name, b"")
+    if kind == "config" and in_tree:  # a JSON file past the size limit is data, not a config
+        try:
+            return path.stat().st_size <= max_bytes
+        except OSError:
+            return True  # _load says why it cannot be read
+    if kind is not None:
+        return not (in_tree and path.suffix == ".pyi")
+    if in_tree and path.suffix:
+        return False
     try:
+        if not S_ISREG(path.stat().st_mode):  # reading a FIFO's first line would wait forever
+            return False
         with path.open("rb") as handle:
             first = handle.readline(200)
     except OSError:
@@ -164,9 +195,9 @@ def _readable(path: Path) -> bool:
 
 
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:
-    """Python files under each path, each once, honouring git's ignore rules (see _Ignores) and
-    never following directory symlinks. A file named directly is taken if it is Python (by suffix
-    or shebang)."""
+    """The files npu-migrate reads under each path (see _readable), each once, honouring git's
+    ignore rules (see _Ignores) and never following directory symlinks. A file named directly is
+    taken if it is of a kind npu-migrate reads."""
     found: list[SourceFile] = []
     seen: set[Path] = set()
 
@@ -184,7 +215,8 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             if _readable(top):
                 add(top, str(top), None)
             else:
-                found.append(SourceFile(top, printable(str(top)), skipped="not a Python file"))
+                unread = "not a kind of file npu-migrate reads"
+                found.append(SourceFile(top, printable(str(top)), skipped=unread))
             continue
         if not top.is_dir():
             found.append(SourceFile(top, printable(str(top)), skipped="not a regular file"))
@@ -201,6 +233,7 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             kept = [d for d in dirs if d not in SKIP_DIRS and not ignores.ignored(rel_here / d, is_dir=True)]
             dirs[:] = sorted(kept)
             for name in sorted(names):
-                if name.endswith(FOUND_IN_TREES) and not ignores.ignored(rel_here / name, is_dir=False):
-                    add(Path(folder) / name, str(top / (rel_here / name).as_posix()), top)
+                path = Path(folder) / name
+                if _readable(path, True, max_bytes) and not ignores.ignored(rel_here / name, is_dir=False):
+                    add(path, str(top / (rel_here / name).as_posix()), top)
     return found

@@ -7,6 +7,7 @@ stalls a parser costs only that file."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import multiprocessing
 import os
@@ -205,19 +206,26 @@ def _supervise(
     return []
 
 
+HANDLERS = {  # kind of file (discover.file_kind) -> the module and function that migrate it
+    "python": ("npu_migrate.engine.source", "migrate_source"),
+    "notebook": ("npu_migrate.notebook", "migrate_notebook"),
+    "shell": ("npu_migrate.shell", "migrate_shell"),
+    "requirements": ("npu_migrate.dependencies", "migrate_requirements"),
+    "pyproject": ("npu_migrate.dependencies", "migrate_pyproject"),
+    "setup.py": ("npu_migrate.dependencies", "migrate_setup_py"),
+    "setup.cfg": ("npu_migrate.dependencies", "migrate_setup_cfg"),
+    "conda": ("npu_migrate.dependencies", "migrate_conda"),
+    "config": ("npu_migrate.configs", "migrate_config"),
+    "dockerfile": ("npu_migrate.embedded_shell", "migrate_dockerfile"),
+    "makefile": ("npu_migrate.embedded_shell", "migrate_makefile"),
+}
+
+
 def handler(kind: str) -> Callable[..., FileResult]:
-    """What migrates a kind of file (discover.file_kind): `(data, index, enabled, where)`."""
-    if kind == "notebook":
-        from npu_migrate.notebook import migrate_notebook
-
-        return migrate_notebook
-    if kind == "shell":
-        from npu_migrate.shell import migrate_shell
-
-        return migrate_shell
-    from npu_migrate.engine.source import migrate_source
-
-    return migrate_source
+    """What migrates a kind of file (discover.file_kind), or the rules of a content kind
+    (kinds.content_of): `(data, index, enabled, where) -> FileResult`, imported on first use."""
+    module, function = HANDLERS[kind]
+    return getattr(importlib.import_module(module), function)
 
 
 def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicability]) -> FileResult:

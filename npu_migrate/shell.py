@@ -13,12 +13,14 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+from npu_migrate.dependencies import Found, requirement_sites
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.sites import Site, match_sites
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 IN_TEXT = "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides"
 _NAME = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]*\b")
+IN_COMMAND = "a script installs it: add to this command by hand"
 PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
 
 
@@ -45,7 +47,9 @@ def migrate_script(
     if tree.root_node.has_error:
         line = _first_error(tree.root_node).start_point[0] + 1
         return FileResult(error=f"line {line}: not a script bash can parse")
-    findings, edits = match_sites(data, _sites(tree.root_node, view), index, enabled, "shell")
+    installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
+    sites = [*_sites(tree.root_node, view), *installed]
+    findings, edits = match_sites(data, sites, index, enabled, {"shell", "requirements"})
     result = FileResult(findings=findings)
     if edits.spans:
         refused = _bash_refuses(edits.apply(view))
@@ -77,6 +81,12 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
         name = next((c for c in node.children if c.type == "variable_name"), None)
         if name is not None:
             yield _site(name, data, "variable")
+        value = node.children[-1] if node.type == "variable_assignment" else None
+        inner = _literal(value) if value is not None and value is not name else None
+        if inner is not None:  # an assigned value is a word as well (IMAGE=nvidia/cuda:12.1)
+            yield _site(inner, data, "word")
+    elif node.type in ("declaration_command", "unset_command"):  # `export NAME`, `unset NAME`
+        yield from (_site(c, data, "variable") for c in node.children if c.type == "variable_name")
     elif node.type == "command":
         name = next((c for c in node.children if c.type == "command_name"), None)
         if name is not None:
@@ -89,6 +99,79 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
                     yield _site(inner, data, "word")
     for child in node.children:
         yield from _sites(child, data)
+
+
+_INSTALLERS = (
+    ("pip", "install"),
+    ("pip3", "install"),
+    ("uv", "pip", "install"),
+    ("conda", "install"),
+    ("mamba", "install"),
+    ("micromamba", "install"),
+)
+_PYTHON_PIP = ("-m", "pip", "install")
+_INDEX_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--channel"}
+_FILE_OPTIONS = {
+    "-r",
+    "--requirement",
+    "-e",
+    "--editable",
+    "--constraint",
+    "--file",
+    "--prefix",
+    "-p",
+    "-n",
+    "--name",
+}
+
+
+def _installs(node: Any, data: bytes) -> Iterator[Found]:
+    """What `pip install` (`python -m pip`, `uv pip`) and `conda install` commands install: each
+    requirement or conda spec, and each index or channel they name, where its text is."""
+    if node.type == "command":
+        named = [c for c in node.children if c.type != "variable_assignment"]  # A=1 pip install ...
+        words = [_spelled(c, data) for c in named if c.type != "comment" and not c.type.endswith("redirect")]
+        names = [w[2] if w else "" for w in words]
+        tail = next((len(i) for i in _INSTALLERS if tuple(names[: len(i)]) == i), None)
+        if tail is None and names[:1] and names[0].startswith("python") and tuple(names[1:4]) == _PYTHON_PIP:
+            tail = 4
+        if tail is not None:
+            conda = names[0] in ("conda", "mamba", "micromamba")
+            yield from _install_arguments(words[tail:], conda)
+    for child in node.children:
+        yield from _installs(child, data)
+
+
+def _install_arguments(words: list[tuple[int, int, str] | None], conda: bool) -> Iterator[Found]:
+    after = ""  # the option the previous word was
+    for word in words:
+        if word is None:
+            after = ""
+            continue
+        start, _, text = word
+        option, equals, value = text.partition("=")
+        if after in _INDEX_OPTIONS:
+            yield Found(start, text, "index")
+        elif text.startswith("-") and equals and option in _INDEX_OPTIONS:
+            yield Found(start + len(option.encode()) + 1, value, "index")
+        elif not text.startswith("-") and after not in _FILE_OPTIONS and not text.startswith((".", "/")):
+            yield Found(start, text, "conda" if conda else "requirement")
+        after = text if text.startswith("-") and not equals else ""
+
+
+def _spelled(node: Any, data: bytes) -> tuple[int, int, str] | None:
+    """A word's literal text and where it is: a word, or the content of a quoted string that holds
+    nothing else (single quotes too: what is between them is the text); None for anything else."""
+    if node.type == "command_name":
+        node = node.children[0]
+    if node.type == "raw_string":
+        start, end = node.start_byte + 1, node.end_byte - 1
+    else:
+        inner = _literal(node)
+        if inner is None:
+            return None
+        start, end = inner.start_byte, inner.end_byte
+    return start, end, data[start:end].decode(errors="replace")
 
 
 def _literal(argument: Any) -> Any:

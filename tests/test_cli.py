@@ -214,7 +214,7 @@ def test_each_file_once_and_scripts_by_shebang(tmp_path: Path) -> None:
     assert sorted({f["file"] for f in data["findings"]}) == [str(root / "a.py"), str(root / "train")]
     assert data["summary"]["findings"] == 4
     skipped = run_cli("scan", root / "notes.txt", cwd=tmp_path)
-    assert "notes.txt: not a Python file" in skipped.stdout
+    assert "notes.txt: not a kind of file npu-migrate reads" in skipped.stdout
 
 
 def test_a_failed_write_is_one_line_and_touches_no_source(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ whose fix applies. Every other byte of the file stays as it was."""
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ class Site:
     text: str  # what a rule's regex matches; what a fix rewrites (the bytes start:end)
     facts: Mapping[str, str] = field(default_factory=dict)  # what else a kind may ask, or a template use
     held: str | None = None  # why no fix may apply here, as the handler sees it
+    no_new_line: str | None = None  # why no line may be added before it (an add_line fix)
     detail: str | None = None  # what the finding adds to its rule's message
 
 
@@ -65,17 +67,28 @@ def winner(matching: list[Rule]) -> Rule:
     return next((r for r in ranked if r.code not in beaten), ranked[0])
 
 
-def fixed_text(rule: Rule, site: Site) -> str | None:
-    """What the site's text becomes: a substitution on it, or a template whose `$NAME`s are the
-    site's facts (None when the template needs a fact the site lacks)."""
-    if rule.fix is None:
-        return None
-    if rule.fix.substitute:
-        return substituted(site.text, rule.fix.substitute)
-    text = rule.fix.template or ""
+def _expanded(template: str, site: Site) -> tuple[str, list[str]]:
+    """A template with the site's facts in its `$NAME`s, and the names the site lacks."""
     for name, value in sorted(site.facts.items(), key=lambda item: -len(item[0])):
-        text = text.replace(f"${name}", value)
-    return None if "$" in text else text
+        template = template.replace(f"${name}", value)
+    return template, re.findall(r"\$([A-Z_]+)", template)
+
+
+def _fix(rule: Rule, site: Site) -> tuple[str | None, str | None]:
+    """What the site's text becomes (or the line added before it), or why the fix cannot apply
+    (with the line to add by hand, where that is what the fix would do)."""
+    fix = rule.fix
+    if fix is None:
+        return None, None
+    if fix.substitute:
+        return (None, site.held) if site.held else (substituted(site.text, fix.substitute), None)
+    text, lacking = _expanded(fix.add_line or fix.template or "", site)
+    if lacking:
+        return None, f"`{site.text}` gives no {', '.join(lacking)} for the fix"
+    held = site.held or (site.no_new_line if fix.add_line else None)
+    if held:
+        return None, f"{held}: `{text}`" if fix.add_line else held
+    return text, None
 
 
 def match_sites(
@@ -83,12 +96,13 @@ def match_sites(
     sites: Iterable[Site],
     index: RuleIndex,
     enabled: frozenset[Applicability],
-    content: str,
+    contents: Collection[str],
     lines: Lines | None = None,
 ) -> tuple[list[Finding], Edits]:
-    """The findings of the rules of this content at these sites, and the edits of those applied.
-    A site's text is edited where its rule's fix applies and nothing holds it back."""
-    rules = [r for r in index.rules if kind_of(r.match).content == content]
+    """The findings of the rules of these contents (a script's shell and the requirements its
+    pip installs) at these sites, and the edits of those applied. A site's text is edited where
+    its rule's fix applies and nothing holds it back."""
+    rules = [r for r in index.rules if kind_of(r.match).content in contents]
     lines = lines or Lines(data)
     findings: list[Finding] = []
     edits = Edits()
@@ -97,8 +111,7 @@ def match_sites(
         if not matching:
             continue
         rule = winner(matching)
-        held = site.held if rule.fix else None
-        fixed = None if held else fixed_text(rule, site)
+        fixed, held = _fix(rule, site)
         applied = fixed is not None and rule.applicability in enabled
         (line, column), (end_line, end_column) = lines.point(site.start), lines.point(site.end)
         findings.append(
@@ -115,7 +128,11 @@ def match_sites(
                 detail=site.detail,
             )
         )
-        if applied and fixed is not None:
+        if applied and fixed is not None and rule.fix and rule.fix.add_line:
+            start = site.start - column + 1
+            indent = re.match(rb"[ \t]*", data[start : site.start])
+            edits.spans.append((start, start, (indent[0] if indent else b"") + fixed.encode() + b"\n"))
+        elif applied and fixed is not None:
             edits.spans.append((site.start, site.end, fixed.encode()))
     findings.sort(key=lambda f: (f.line, f.column, f.rule.code))
     return findings, edits

@@ -69,6 +69,9 @@ class Substitute(Strict):
     to: str = Field(alias="with", description="Replacement text (regex backreferences allowed).")
 
 
+EDIT_KINDS = ("rename", "template", "substitute", "keywords", "add_line")
+
+
 class Fix(Strict):
     rename: dict[DottedName, DottedName] | None = Field(
         default=None,
@@ -87,6 +90,12 @@ class Fix(Strict):
     )
     substitute: list[Substitute] | None = Field(
         default=None, description="Regex replacements applied in order to a string literal's text."
+    )
+    add_line: str | None = Field(
+        default=None,
+        description="A line added before the matched one, with its indentation (files that are not "
+        "Python: a requirement beside another); $NAME inserts what the handler found there ($VERSION: "
+        "a requirement's pinned version).",
     )
     keywords: KeywordEdit | None = None
     drop_unused_imports: list[DottedName] = Field(
@@ -118,14 +127,14 @@ class Fix(Strict):
 
     @model_validator(mode="after")
     def _one_edit(self) -> Fix:
-        edits = [k for k in ("rename", "template", "substitute", "keywords") if getattr(self, k)]
+        edits = [k for k in EDIT_KINDS if getattr(self, k)]
         if len(edits) != 1:
-            raise ValueError("a fix needs exactly one of rename, template, substitute, keywords")
+            raise ValueError("a fix needs exactly one of " + ", ".join(EDIT_KINDS))
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("rename", "template", "substitute", "keywords") if getattr(self, k))
+        return next(k for k in EDIT_KINDS if getattr(self, k))
 
 
 # ---------------------------------------------------------------- examples and rules
@@ -136,6 +145,12 @@ class Example(Strict):
     after: str | None = Field(default=None, description="... into exactly this.")
     flagged: str | None = Field(default=None, description="Code reported but left unchanged.")
     ok: str | None = Field(default=None, description="Code the rule must not touch or report.")
+    file: str | None = Field(
+        default=None,
+        pattern=r"^[\w.+-]+$",
+        description="The example file's name, where the kind of file is not the one the rule's match "
+        "kind reads by default (a conda `environment.yml` for a requirements rule, a `Dockerfile`).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Example:

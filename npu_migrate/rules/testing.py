@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from npu_migrate.discover import file_kind
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds import content_of
 from npu_migrate.pipeline import handler
@@ -35,7 +36,8 @@ def check_example(rule: Rule, example: Example, index: RuleIndex | None = None) 
     """None when the example holds, else what went wrong. `index`: the rule and its companions."""
     index = index or RuleIndex([rule])
     code = example.before or example.flagged or example.ok or ""
-    migrate = handler(content_of(rule.match))  # a shell rule's examples are scripts
+    kind = file_kind(example.file, b"") if example.file else None
+    migrate = handler(kind or content_of(rule.match))  # a shell rule's examples are scripts
     result = migrate(code.encode(), index, ALL_FIXES)
     if result.error:
         return f"example does not parse: {result.error}"

@@ -7,10 +7,12 @@ from __future__ import annotations
 from npu_migrate.engine.kinds.attribute import AttributeKind
 from npu_migrate.engine.kinds.base import Kind
 from npu_migrate.engine.kinds.call import CallKind
+from npu_migrate.engine.kinds.dependency import PackageIndexKind, PackageKind
 from npu_migrate.engine.kinds.import_ import ImportKind
 from npu_migrate.engine.kinds.method import MethodKind
 from npu_migrate.engine.kinds.name import NameKind
 from npu_migrate.engine.kinds.pattern import PatternKind
+from npu_migrate.engine.kinds.setting import SettingKind
 from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellWordKind
 from npu_migrate.engine.kinds.string import StringKind
 
@@ -25,6 +27,9 @@ KINDS: tuple[type[Kind], ...] = (
     ShellEnvKind,
     ShellWordKind,
     ShellCommandKind,
+    PackageKind,
+    PackageIndexKind,
+    SettingKind,
 )
 
 
@@ -34,5 +39,6 @@ def kind_of(match: object) -> type[Kind]:
 
 
 def content_of(match: object) -> str:
-    """The kind of file a rule with this match applies to: python (and notebooks), or shell."""
+    """The kind of file a rule with this match applies to: python (and notebooks), shell,
+    requirements (every dependency file), config (YAML and JSON), ..."""
     return kind_of(match).content

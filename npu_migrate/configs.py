@@ -1,0 +1,97 @@
+"""YAML and JSON configs as the `setting` rules see them (DeepSpeed, accelerate, training
+configs): every mapping key, and the value it holds, located to the byte by YAML's own parser
+(JSON is YAML), so that a fix edits one value and nothing else: indentation, comments, quoting
+and key order stay as they were. A file that spells no rule's key is not parsed at all (a
+tokenizer's vocabulary is JSON too)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import yaml
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.kinds.setting import SettingMatch
+from npu_migrate.engine.kinds.site import found
+from npu_migrate.engine.sites import Site, match_sites
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+
+ESCAPED = "the value is spelled with escapes: edit it by hand"
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Spelled:
+    """A YAML scalar's place in the file: the bytes of its text (inside any quotes), and why it
+    may not be edited there (None: its text is spelled as it is, without escapes)."""
+
+    start: int
+    end: int
+    held: str | None
+
+
+def spelled(text: str, node: yaml.Node) -> Spelled:
+    start, end = node.start_mark.index, node.end_mark.index
+    raw = text[start:end]
+    quoted = raw[:1] in ("'", '"') and isinstance(node, yaml.ScalarNode)
+    inner = raw[1:-1] if quoted else raw
+    plain = not isinstance(node, yaml.ScalarNode) or inner == node.value
+    begin = len(text[: start + int(quoted)].encode())  # marks count characters; sites count bytes
+    return Spelled(begin, begin + len(inner.encode()), None if plain else ESCAPED)
+
+
+def compose(text: str) -> yaml.Node | None:
+    """Every document of a YAML stream under one node (a stream of one document: that document)."""
+    documents = list(yaml.compose_all(text, Loader=LOADER))
+    if len(documents) == 1:
+        return documents[0]
+    return yaml.SequenceNode("tag:yaml.org,2002:seq", [d for d in documents if d is not None])
+
+
+def migrate_config(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    settings = [r.match.setting for r in index.rules if isinstance(r.match, SettingMatch)]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FileResult(error=f"cannot decode as utf-8: {exc.reason}")
+    if not any(found(setting, text) for setting in settings):
+        return FileResult()
+    try:  # JSON may indent with tabs, which YAML refuses: a tab outside a JSON string is a space
+        root = compose(text.replace("\t", " ") if text.lstrip().startswith(("{", "[")) else text)
+    except yaml.YAMLError as exc:
+        return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")
+    findings, edits = match_sites(data, _sites(text, root), index, enabled, {"config"})
+    return FileResult(findings=findings, new_source=edits.apply(data) if edits.spans else None)
+
+
+def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:
+    """Each key of each mapping, and the value it holds: a scalar's text, or a list of scalars as
+    it is written (`[0, 1]`)."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _sites(text, item)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        facts = {"KEY": key.value}
+        place = spelled(text, key)
+        yield Site("key", place.start, place.end, key.value, facts, held=place.held)
+        if isinstance(value, yaml.ScalarNode) or _scalars(value):
+            place = spelled(text, value)
+            shown = (
+                value.value
+                if isinstance(value, yaml.ScalarNode)
+                else text[value.start_mark.index : value.end_mark.index]
+            )
+            yield Site("value", place.start, place.end, shown, facts, held=place.held)
+        yield from _sites(text, value)
+
+
+def _scalars(node: yaml.Node) -> bool:
+    """A list of scalars only (a device list)."""
+    return isinstance(node, yaml.SequenceNode) and all(isinstance(i, yaml.ScalarNode) for i in node.value)

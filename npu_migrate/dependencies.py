@@ -1,0 +1,335 @@
+"""Dependency files as the `package` and `package_index` rules see them: each requirement (its
+package's name, its version) and each index, link or channel a file installs from, found by the
+file's own grammar (PEP 508 requirements via `packaging`, TOML, Python's `ast`, YAML) and located
+to the byte, so that a fix edits only the requirement it is about. Requirements files may gain a
+line (the torch_npu pin beside torch); the other formats are reported with the line to add."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+
+from npu_migrate.configs import LOADER, spelled
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.kinds.dependency import normalized
+from npu_migrate.engine.sites import Site, match_sites
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+NOT_LINES = "npu-migrate adds lines to requirements files only; add to this file's dependencies by hand"
+CONDA = "torch_npu installs with pip; add to this environment's `pip:` list by hand"
+AS_PYTHON = "npu-migrate edits setup.py as Python code only; change this requirement by hand"
+ESCAPED = "the string is spelled with escapes: edit it by hand"
+_PIP_OPTION = re.compile(r"(-i|--index-url|--extra-index-url|-f|--find-links)(\s*=\s*|\s+)(\S+)")
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*")
+_CONDA_SPEC = re.compile(r"\s*(?:([\w./-]+)::)?([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*")
+_EXACT = re.compile(r"===?\s*(\d+(?:\.\d+)*)(?:\+[\w.]+)?")
+
+
+@dataclass(frozen=True)
+class Found:
+    """A requirement, an index or a channel, found at `start` in the file (by a handler of
+    dependency files, or of scripts that install packages)."""
+
+    start: int
+    text: str
+    kind: str = "requirement"  # "requirement", "conda" (a conda spec) or "index"
+    held: str | None = None
+
+
+def migrate_requirements(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    """A pip requirements file: one requirement, option or link per line."""
+    return _migrate(data, list(_requirements_lines(data)), index, enabled, None)
+
+
+def migrate_pyproject(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return FileResult(error=f"not TOML: {exc}")
+    return _migrate(data, _located(data, _pyproject_strings(document)), index, enabled, NOT_LINES)
+
+
+def migrate_setup_py(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    """setup.py's install, setup, test and extra requirements (literal lists, or names bound to
+    them at the top level); its Python code is scanned as Python as well."""
+    from npu_migrate.engine.source import migrate_source
+
+    result = migrate_source(data, index, enabled, where)
+    if result.error:
+        return result
+    found = [replace(entry, held=entry.held or AS_PYTHON) for entry in _setup_py_requirements(data)]
+    packages = _migrate(data, found, index, enabled, NOT_LINES)
+    result.findings = sorted(result.findings + packages.findings, key=lambda f: (f.line, f.column))
+    return result
+
+
+def migrate_setup_cfg(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    return _migrate(data, list(_setup_cfg_requirements(data)), index, enabled, NOT_LINES)
+
+
+def migrate_conda(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    """A conda environment file: its channels, its conda packages and its `pip:` requirements."""
+    try:
+        found = list(_conda_entries(data.decode("utf-8")))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        return FileResult(error=f"not YAML: {str(exc).splitlines()[0]}")
+    return _migrate(data, found, index, enabled, CONDA)
+
+
+def _migrate(
+    data: bytes,
+    found: list[Found],
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+    no_new_line: str | None,
+) -> FileResult:
+    findings, edits = match_sites(
+        data, requirement_sites(found, no_new_line), index, enabled, {"requirements"}
+    )
+    return FileResult(findings=findings, new_source=edits.apply(data) if edits.spans else None)
+
+
+def requirement_sites(found: list[Found], no_new_line: str | None) -> list[Site]:
+    """The sites of what a file requires, each knowing every package the file requires (a rule's
+    `unless`) and why no line may be added beside it."""
+    sites = [site for entry in found for site in _sites(entry)]
+    packages = " ".join(sorted({s.facts["NAME"] for s in sites if s.kind == "requirement"}))
+    return [replace(s, facts={**s.facts, "PACKAGES": packages}, no_new_line=no_new_line) for s in sites]
+
+
+def _sites(entry: Found) -> Iterator[Site]:
+    """A requirement's sites: the requirement (its name and pinned version as facts) and its
+    version; an index's: its URL."""
+    start, text = entry.start, entry.text
+    if entry.kind == "index":
+        yield Site("index", start, start + len(text.encode()), text, held=entry.held)
+        return
+    grammar = _CONDA_SPEC if entry.kind == "conda" else _NAME
+    named = grammar.match(text)
+    if named is None:
+        return
+    name = normalized(named[2] if entry.kind == "conda" else named[1])
+    version = text[named.end() :].split(";")[0].split("#")[0].rstrip()
+    if entry.kind == "requirement" and not version.startswith("@") and not _is_requirement(text):
+        return
+    facts = {"NAME": name}
+    exact = _exact(version, conda=entry.kind == "conda")
+    if exact:
+        facts["VERSION"] = exact
+    offset = start + len(text[: named.end()].encode())
+    end = offset + len(version.encode())
+    requirement = text.split("#")[0].rstrip() if entry.kind != "conda" else text.rstrip()
+    yield Site("requirement", start, start + len(requirement.encode()), requirement, facts, held=entry.held)
+    if version and not version.startswith("@"):
+        yield Site("version", offset, end, version, facts, held=entry.held)
+
+
+def _is_requirement(text: str) -> bool:
+    try:
+        Requirement(text.split(" #")[0].strip())
+    except InvalidRequirement:
+        return False
+    return True
+
+
+def _exact(version: str, conda: bool) -> str | None:
+    """The release a version pins exactly (`==2.1.0`, `==2.1.0+cu121`, conda's `=2.1.0`)."""
+    spec = version.strip()
+    if conda and re.fullmatch(r"=?=?\d+\.\d+\.\d+(=\S+)?", spec):
+        return spec.lstrip("=").split("=")[0]
+    exact = _EXACT.fullmatch(spec)
+    return exact[1] if exact and exact[1].count(".") >= 2 else None
+
+
+def _requirements_lines(data: bytes) -> Iterator[Found]:
+    """Each requirement and each index option or link of a requirements file, where it is."""
+    offset = 0
+    for raw in data.decode("utf-8", errors="replace").splitlines(keepends=True):
+        line = raw.rstrip("\r\n")
+        start = offset
+        offset += len(raw.encode())
+        body = line.split(" #")[0] if not line.lstrip().startswith("#") else ""
+        stripped = body.strip()
+        if not stripped:
+            continue
+        lead = start + len(line[: len(line) - len(line.lstrip())].encode())
+        if stripped.startswith("-"):
+            for option in _PIP_OPTION.finditer(body):
+                yield Found(start + len(body[: option.start(3)].encode()), option[3], "index")
+        elif re.match(r"[a-z+]+://", stripped):  # a wheel or archive by its URL
+            yield Found(lead, stripped.split()[0], "index")
+        else:
+            yield Found(lead, stripped.rstrip("\\").rstrip())
+
+
+def _pyproject_strings(document: dict) -> Iterator[tuple[str, str]]:
+    """(kind, text) of what pyproject.toml requires: PEP 621 and dependency groups, the build
+    system, Poetry's dependency tables, and the indexes uv, Poetry and PDM install from."""
+    project = document.get("project", {})
+    yield from (("requirement", r) for r in project.get("dependencies", []))
+    for group in project.get("optional-dependencies", {}).values():
+        yield from (("requirement", r) for r in group)
+    for group in document.get("dependency-groups", {}).values():
+        yield from (("requirement", r) for r in group if isinstance(r, str))
+    yield from (("requirement", r) for r in document.get("build-system", {}).get("requires", []))
+    tool = document.get("tool", {})
+    poetry = tool.get("poetry", {})
+    groups = poetry.get("group", {}).values()
+    tables = [poetry.get("dependencies", {}), *(g.get("dependencies", {}) for g in groups)]
+    for table in tables:
+        yield from (("poetry", name) for name in table if name != "python")
+    sources = [
+        *tool.get("uv", {}).get("index", []),
+        *poetry.get("source", []),
+        *tool.get("pdm", {}).get("source", []),
+    ]
+    for source in sources:
+        if isinstance(source, dict) and isinstance(source.get("url"), str):
+            yield "index", source["url"]
+
+
+def _located(data: bytes, wanted: Iterator[tuple[str, str]]) -> list[Found]:
+    """Where each string is in the file: its next quoted spelling (a Poetry key: at the start of
+    a line); one that is not spelled plainly (escapes) is found by its name and held."""
+    text = data.decode("utf-8")
+    taken: set[int] = set()
+    found = []
+    for kind, value in wanted:
+        if kind == "poetry":
+            pattern = rf"^[ \t]*\"?({re.escape(value)})\"?[ \t]*="
+        else:
+            pattern = rf"[\"']({re.escape(value)})[\"']"
+        spots = [m for m in re.finditer(pattern, text, re.MULTILINE) if m.start(1) not in taken]
+        if spots:
+            taken.add(spots[0].start(1))
+            at = len(text[: spots[0].start(1)].encode())
+            found.append(Found(at, value, "index" if kind == "index" else "requirement"))
+    return found
+
+
+_SETUP_KEYWORDS = {"install_requires", "setup_requires", "tests_require", "extras_require"}
+
+
+def _setup_py_requirements(data: bytes) -> Iterator[Found]:
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return
+    lines = data.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    bound = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in _SETUP_KEYWORDS:
+            value = bound.get(node.value.id, node.value) if isinstance(node.value, ast.Name) else node.value
+            for string in _strings(value, bound):
+                assert string.end_lineno is not None and string.end_col_offset is not None
+                start = starts[string.lineno - 1] + string.col_offset
+                end = starts[string.end_lineno - 1] + string.end_col_offset
+                raw = data[start:end].decode("utf-8", errors="replace")
+                quote = re.match(r"(\"\"\"|'''|\"|')", raw)
+                plain = quote is not None and raw[len(quote[0]) : -len(quote[0])] == string.value
+                width = len(quote[0]) if quote and plain else 0
+                yield Found(start + width, str(string.value), held=None if plain else ESCAPED)
+
+
+def _strings(node: ast.expr, bound: dict[str, ast.expr]) -> Iterator[ast.Constant]:
+    """The string constants of a requirements list (a dict of them, for extras)."""
+    if isinstance(node, ast.Name) and node.id in bound:
+        node = bound[node.id]
+    if isinstance(node, ast.Dict):
+        for value in node.values:
+            yield from _strings(value, bound)
+    elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        yield from (e for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    elif isinstance(node, ast.BinOp):  # BASE + EXTRA
+        yield from _strings(node.left, bound)
+        yield from _strings(node.right, bound)
+
+
+def _setup_cfg_requirements(data: bytes) -> Iterator[Found]:
+    """Requirements of setup.cfg's `[options]` *_requires keys and `[options.extras_require]`:
+    the value after `=` and its indented continuation lines, one requirement each."""
+    section, listing, offset = "", False, 0
+    for raw in data.decode("utf-8", errors="replace").splitlines(keepends=True):
+        start, line = offset, raw.rstrip("\r\n")
+        offset += len(raw.encode())
+        if line.startswith("["):
+            section, listing = line.strip("[] \t"), False
+            continue
+        value_at = 0
+        if line and not line[0].isspace():
+            key, equals, _ = line.partition("=")
+            key = key.strip()
+            listing = bool(equals) and (
+                section == "options.extras_require" or (section == "options" and key.endswith("_requires"))
+            )
+            value_at = line.index("=") + 1 if listing else 0
+        if not listing or line.lstrip().startswith(("#", ";")):
+            continue
+        value = line[value_at:]
+        stripped = value.strip()
+        if stripped:
+            lead = value_at + len(value) - len(value.lstrip())
+            yield Found(start + len(line[:lead].encode()), stripped)
+
+
+def _conda_entries(text: str) -> Iterator[Found]:
+    document = yaml.compose(text, Loader=LOADER)
+    if not isinstance(document, yaml.MappingNode):
+        return
+    for key, value in document.value:
+        if key.value == "channels" and isinstance(value, yaml.SequenceNode):
+            yield from (_at(text, item, "index") for item in value.value if isinstance(item, yaml.ScalarNode))
+        if key.value != "dependencies" or not isinstance(value, yaml.SequenceNode):
+            continue
+        for item in value.value:
+            if isinstance(item, yaml.ScalarNode):
+                yield _at(text, item, "conda")
+            elif isinstance(item, yaml.MappingNode):
+                for pip_key, pip in item.value:
+                    if pip_key.value == "pip" and isinstance(pip, yaml.SequenceNode):
+                        for line in pip.value:
+                            if isinstance(line, yaml.ScalarNode):
+                                yield _pip_line(_at(text, line, "requirement"))
+
+
+def _at(text: str, node: yaml.ScalarNode, kind: str) -> Found:
+    place = spelled(text, node)
+    return Found(place.start, node.value, kind, held=place.held)
+
+
+def _pip_line(found: Found) -> Found:
+    """A `pip:` entry: a requirement, or an index option whose URL is the site."""
+    option = _PIP_OPTION.match(found.text)
+    if option is None:
+        return found
+    return Found(found.start + len(found.text[: option.start(3)].encode()), option[3], "index", found.held)

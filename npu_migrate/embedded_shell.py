@@ -1,0 +1,128 @@
+"""Shell inside other files: a Dockerfile's RUN, CMD, ENTRYPOINT, ENV and FROM lines, and a
+Makefile's recipes and exported variables. Each file is handed to the shell handler with a *view*
+of it: the same bytes at the same offsets, with what is not shell blanked to spaces (newlines
+kept), so that bash's grammar reads only the shell, every finding is where it is in the file,
+and every fix edits the file's own bytes."""
+
+from __future__ import annotations
+
+import re
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+from npu_migrate.shell import migrate_script
+
+_INSTRUCTION = re.compile(rb"[ \t]*([A-Za-z]+)[ \t]*")
+_SHELL_FORM = {b"RUN", b"CMD", b"ENTRYPOINT"}
+_HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?(\w+)[\"']?")
+_MAKE_ASSIGNMENT = re.compile(rb"(export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*([:?+!]?=|::=)")
+_RECIPE_PREFIX = re.compile(rb"\t[ \t@+-]*")
+_MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, not the shell's $$(...)
+
+
+def migrate_dockerfile(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    return migrate_script(data, dockerfile_view(data), index, enabled)
+
+
+def migrate_makefile(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    return migrate_script(data, makefile_view(data), index, enabled)
+
+
+def _blank(text: bytes) -> bytes:
+    return re.sub(rb"[^\n]", b" ", text)
+
+
+def _filler(text: bytes) -> bytes:
+    """A value bash reads as one plain word (an empty one followed by spaces trips tree-sitter's
+    bash grammar into reading the next lines as the same command)."""
+    return re.sub(rb"[^\n]", b"_", text.rstrip(b"\r\n")) + text[len(text.rstrip(b"\r\n")) :]
+
+
+def _logical_lines(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each line, a line that ends in a backslash joined with the next."""
+    spans, start = [], 0
+    lines = data.split(b"\n")
+    at = 0
+    for number, line in enumerate(lines):
+        at += len(line) + (1 if number < len(lines) - 1 else 0)
+        if not line.rstrip(b" \t\r").endswith(b"\\") or number == len(lines) - 1:
+            spans.append((start, at))
+            start = at
+    return spans
+
+
+def dockerfile_view(data: bytes) -> bytes:
+    """RUN, CMD and ENTRYPOINT in shell form as the commands they run; ENV as assignments (the
+    legacy `ENV KEY value` as `KEY=value`); FROM as a command whose words name the image (its
+    tag says CUDA); every other instruction, exec forms (JSON arrays) and ARG blanked. A heredoc
+    a RUN opens keeps its text up to its terminator."""
+    view = bytearray(_blank(data))
+    lines = _logical_lines(data)
+    number = 0
+    while number < len(lines):
+        start, end = lines[number]
+        number += 1
+        text = data[start:end]
+        instruction = _INSTRUCTION.match(text)
+        if text.lstrip().startswith(b"#") or instruction is None:
+            continue
+        keyword = instruction[1].upper()
+        body = instruction.end()
+        if keyword in _SHELL_FORM and not text[body:].startswith(b"["):
+            script = text[body:].startswith(b"<<")  # `RUN <<EOT`: the heredoc's text is the script
+            if not script:
+                view[start + body : end] = text[body:]
+            for terminator in _HEREDOC.findall(text[body:]):
+                while number < len(lines):
+                    line_start, line_end = lines[number]
+                    number += 1
+                    if data[line_start:line_end].strip() == terminator:
+                        view[line_start:line_end] = (
+                            data[line_start:line_end] if not script else view[line_start:line_end]
+                        )
+                        break
+                    view[line_start:line_end] = data[line_start:line_end]
+        elif keyword == b"ENV":
+            view[start + body : end] = _env_assignments(text[body:])
+        elif keyword == b"FROM":
+            view[start:end] = text
+    return bytes(view)
+
+
+def _env_assignments(body: bytes) -> bytes:
+    """`KEY=value ...` as it is; the legacy `KEY value` with the space after KEY read as `=`,
+    and its value, which may hold spaces unquoted, read as one word."""
+    legacy = re.match(rb"([A-Za-z_][A-Za-z0-9_]*)([ \t]+)", body)
+    if legacy and b"=" not in body[: legacy.end()]:
+        return legacy[1] + b"=" + _filler(body[legacy.end(1) + 1 :])
+    return body
+
+
+def makefile_view(data: bytes) -> bytes:
+    """Recipe lines (a tab first) as shell, make's `$$` read as the shell's `$` and its variable
+    references `$(NAME)` as the shell's `${NAME}` (a variable renamed where it is set is renamed
+    where it is read); variable assignments and `export NAME` lines as assignments, their values
+    one word but for the variables they read; rules, directives and comments blanked."""
+    view = bytearray(_blank(data))
+    for start, end in _logical_lines(data):
+        text = data[start:end]
+        prefix = _RECIPE_PREFIX.match(text)
+        if prefix:
+            shell = _MAKE_REFERENCE.sub(rb"${\1}", text[prefix.end() :]).replace(b"$$", b" $")
+            view[start + prefix.end() : end] = shell
+            continue
+        assignment = _MAKE_ASSIGNMENT.match(text)
+        if assignment:
+            name_start, name_end = assignment.span(2)
+            value = bytearray(_filler(text[name_end + 1 :]))
+            for reference in _MAKE_REFERENCE.finditer(text, assignment.end()):
+                at = reference.start() - name_end - 1
+                value[at : at + len(reference[0])] = b"${%s}" % reference[1]
+            view[start + name_start : end] = assignment[2] + b"=" + bytes(value)
+        elif text.startswith(b"export "):
+            view[start:end] = text
+    return bytes(view)
