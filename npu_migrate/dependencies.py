@@ -179,8 +179,8 @@ def _requirements_lines(data: bytes) -> Iterator[Found]:
                 yield Found(start + len(body[: option.start(3)].encode()), option[3], "index")
         elif re.match(r"[a-z+]+://", stripped):  # a wheel or archive by its URL
             yield Found(lead, stripped.split()[0], "index")
-        else:
-            yield Found(lead, stripped.rstrip("\\").rstrip())
+        else:  # a requirement, less the per-requirement options pip takes after it (--hash)
+            yield Found(lead, stripped.rstrip("\\").split(" --")[0].rstrip())
 
 
 def _pyproject_strings(document: dict) -> Iterator[tuple[str, str]]:

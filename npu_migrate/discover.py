@@ -141,6 +141,11 @@ SUFFIXES = {
     ".json": "config",
     ".yaml": "config",
     ".yml": "config",
+    ".cu": "native",
+    ".cuh": "native",
+    ".cpp": "native",
+    ".cc": "native",
+    ".cxx": "native",
 }
 NAMES = {"pyproject.toml": "pyproject", "setup.py": "setup.py", "setup.cfg": "setup.cfg"}
 PATTERNS = (  # kinds by the shape of a name (lower case)

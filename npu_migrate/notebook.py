@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -43,20 +44,7 @@ def migrate_notebook(
     result = migrate_source(code.encode("utf-8"), index, enabled, NO_MODULE)
     if result.error:
         return replace(result, error=_ERROR_LINE.sub(lambda m: _where(starts, int(m[1])), result.error))
-    virtual = code.splitlines()
-
-    def in_cell(f: Finding) -> Finding:
-        cell, line = _cell_line(starts, f.line)
-        magic = _MAGIC_LINE.search(virtual[f.line - 1])
-        if magic is None:
-            return replace(f, cell=cell + 1, line=line, end_line=f.end_line - (f.line - line))
-        original = magics[int(magic[1])].rstrip("\r\n")  # the stand-in's columns mean nothing here
-        start = len(original) - len(original.lstrip()) + 1
-        return replace(
-            f, cell=cell + 1, line=line, end_line=line, column=start, end_column=len(original) + 1,
-            code=original.strip(),
-        )  # fmt: skip
-
+    in_cell = _relocator(code, starts, magics)
     result.findings = [in_cell(f) for f in result.findings]
     result.unused_suppressions = [_cell_line(starts, n)[1] for n in result.unused_suppressions]
     if not result.findings:
@@ -76,6 +64,35 @@ def migrate_notebook(
     _put_back(cells, result.new_source.decode("utf-8"), magics)
     result.new_source = _dump(notebook, *layout)
     return result
+
+
+def python_of(data: bytes) -> tuple[bytes, Callable[[Finding], Finding]] | None:
+    """A notebook's code cells as one Python module, and what moves a finding in that module to
+    its cell and line (None: not a notebook, or no code)."""
+    try:
+        cells = json.loads(data.decode("utf-8"))["cells"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    code, starts, magics = _module(cells)
+    return (code.encode("utf-8"), _relocator(code, starts, magics)) if starts else None
+
+
+def _relocator(code: str, starts: dict[int, int], magics: list[str]) -> Callable[[Finding], Finding]:
+    virtual = code.splitlines()
+
+    def in_cell(f: Finding) -> Finding:
+        cell, line = _cell_line(starts, f.line)
+        magic = _MAGIC_LINE.search(virtual[f.line - 1])
+        if magic is None:
+            return replace(f, cell=cell + 1, line=line, end_line=f.end_line - (f.line - line))
+        original = magics[int(magic[1])].rstrip("\r\n")  # the stand-in's columns mean nothing here
+        start = len(original) - len(original.lstrip()) + 1
+        return replace(
+            f, cell=cell + 1, line=line, end_line=line, column=start, end_column=len(original) + 1,
+            code=original.strip(),
+        )  # fmt: skip
+
+    return in_cell
 
 
 def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]]:

@@ -109,7 +109,11 @@ def run_rules(
             results[i] = result
             if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
-    return [FileOutcome(file, results[i]) for i, file in enumerate(files)]
+    from npu_migrate.engine.index import RuleIndex
+    from npu_migrate.native import link_operators
+
+    outcomes = [FileOutcome(file, results[i]) for i, file in enumerate(files)]
+    return link_operators(outcomes, lambda: RuleIndex(source.rules, source.silenced))
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:
@@ -218,6 +222,7 @@ HANDLERS = {  # kind of file (discover.file_kind) -> the module and function tha
     "config": ("npu_migrate.configs", "migrate_config"),
     "dockerfile": ("npu_migrate.embedded_shell", "migrate_dockerfile"),
     "makefile": ("npu_migrate.embedded_shell", "migrate_makefile"),
+    "native": ("npu_migrate.native", "migrate_native"),
 }
 
 

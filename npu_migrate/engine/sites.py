@@ -111,6 +111,8 @@ def match_sites(
         if not matching:
             continue
         rule = winner(matching)
+        if rule.code in index.silenced:  # the configuration leaves it out: neither reported nor fixed
+            continue
         fixed, held = _fix(rule, site)
         applied = fixed is not None and rule.applicability in enabled
         (line, column), (end_line, end_column) = lines.point(site.start), lines.point(site.end)

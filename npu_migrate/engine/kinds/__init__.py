@@ -11,6 +11,7 @@ from npu_migrate.engine.kinds.dependency import PackageIndexKind, PackageKind
 from npu_migrate.engine.kinds.import_ import ImportKind
 from npu_migrate.engine.kinds.method import MethodKind
 from npu_migrate.engine.kinds.name import NameKind
+from npu_migrate.engine.kinds.native import CudaKernelKind, CustomOperatorKind
 from npu_migrate.engine.kinds.pattern import PatternKind
 from npu_migrate.engine.kinds.setting import SettingKind
 from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellWordKind
@@ -30,6 +31,8 @@ KINDS: tuple[type[Kind], ...] = (
     PackageKind,
     PackageIndexKind,
     SettingKind,
+    CustomOperatorKind,
+    CudaKernelKind,
 )
 
 
@@ -40,5 +43,5 @@ def kind_of(match: object) -> type[Kind]:
 
 def content_of(match: object) -> str:
     """The kind of file a rule with this match applies to: python (and notebooks), shell,
-    requirements (every dependency file), config (YAML and JSON), ..."""
+    requirements (every dependency file), config (YAML and JSON) or native (C++ and CUDA sources)."""
     return kind_of(match).content

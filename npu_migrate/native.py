@@ -1,0 +1,309 @@
+"""Custom CUDA operators: what C++ and CUDA sources register (pybind11's `m.def` in
+PYBIND11_MODULE, torch's TORCH_LIBRARY `m.def` and TORCH_LIBRARY_IMPL's CUDA `m.impl`) and the
+`__global__` kernels they launch, found by their macros in the source with its comments blanked;
+then, across the run, each operator linked to the extension that builds it (setup.py's
+CUDAExtension, cpp_extension.load) and to the Python code that calls it. Nothing is rewritten:
+each operator needs an Ascend C custom operator or a torch fallback, a human's decision."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from npu_migrate.discover import kind_of
+from npu_migrate.engine.sites import Lines, Site, match_sites
+from npu_migrate.model import NO_MODULE, Applicability, FileOutcome, FileResult, Finding, ModulePath
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.index import RuleIndex
+
+_COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+_PYBIND = re.compile(rb"PYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
+_LIBRARY = re.compile(rb"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
+_LIBRARY_IMPL = re.compile(rb"TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
+_KERNEL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s)?[*&\s]*(\w+)\s*\(")
+_BUILDERS = ("CUDAExtension", "CppExtension", "load", "load_inline")
+TORCH_EXTENSION_NAME = "TORCH_EXTENSION_NAME"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """An operator a source registers: `name` as Python or torch.ops reach it."""
+
+    name: str  # `fused_gelu`; a torch library's `ns::fused_gelu`
+    start: int  # bytes of the name in the file
+    end: int
+    module: str  # pybind11: the module macro's argument (TORCH_EXTENSION_NAME: the build's name)
+    namespace: str  # torch library: its namespace
+    how: str  # "pybind11", "library" or a dispatch key's implementation ("CUDA implementation")
+
+
+def migrate_native(
+    data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
+) -> FileResult:
+    sites = [Site("operator", r.start, r.end, r.name) for r in registrations(data)]
+    sites += [Site("kernel", start, end, name) for start, end, name in _kernels(data)]
+    findings, _ = match_sites(data, sorted(sites, key=lambda s: s.start), index, enabled, {"native"})
+    return FileResult(findings=findings)
+
+
+def _blanked(data: bytes) -> bytes:
+    """The source with comments blanked and string literals kept (operators are named in them)."""
+
+    def blank(match: re.Match[bytes]) -> bytes:
+        text = match[0]
+        return text if text.startswith(b'"') else re.sub(rb"[^\n]", b" ", text)
+
+    return _COMMENT_OR_STRING.sub(blank, data)
+
+
+def registrations(data: bytes) -> list[Registration]:
+    """Each `<m>.def("name" ...)` / `<m>.impl("name" ...)` after the macro that binds `<m>`, up to
+    the next such macro."""
+    code = _blanked(data)
+    macros = sorted(
+        [(m.start(), m[2], m[1].decode(), "", "pybind11") for m in _PYBIND.finditer(code)]
+        + [(m.start(), m[2], "", m[1].decode(), "library") for m in _LIBRARY.finditer(code)]
+        + [
+            (m.start(), m[3], "", m[1].decode(), f"{m[2].decode()} implementation")
+            for m in _LIBRARY_IMPL.finditer(code)
+        ]
+    )
+    found = []
+    for number, (start, variable, module, namespace, how) in enumerate(macros):
+        end = macros[number + 1][0] if number + 1 < len(macros) else len(code)
+        method = rb"impl" if how.endswith("implementation") else rb"def"
+        call = re.compile(rb"\b" + re.escape(variable) + rb"\s*\.\s*" + method + rb'\s*\(\s*"([\w.]+)')
+        for defined in call.finditer(code, start, end):
+            name = defined[1].decode()
+            found.append(
+                Registration(
+                    f"{namespace}::{name}" if namespace else name,
+                    defined.start(1),
+                    defined.end(1),
+                    module,
+                    namespace,
+                    how,
+                )
+            )
+    return found
+
+
+def _kernels(data: bytes) -> Iterator[tuple[int, int, str]]:
+    for kernel in _KERNEL.finditer(_blanked(data)):
+        yield kernel.start(1), kernel.end(1), kernel[1].decode()
+
+
+# ---------------------------------------------------------------- across the run
+
+
+@dataclass(frozen=True)
+class _Operator:
+    registration: Registration
+    file: str  # where it is registered, as reports name the file
+    line: int
+    module: str  # the Python module pybind11 builds ("" for a torch library's operator)
+
+
+def link_operators(outcomes: list[FileOutcome], rules: Callable[[], RuleIndex]) -> list[FileOutcome]:
+    """Each operator's finding says which extension builds it and where Python calls it; each
+    call gets a finding of its own, saying where the operator is registered. `rules` is called
+    only when some source registers an operator."""
+    natives = [o for o in outcomes if kind_of(o.file) == "native" and o.file.data and o.result.findings]
+    if not natives:
+        return outcomes
+    index = rules()
+    targets = _build_targets(outcomes)
+    operators = []
+    for outcome in natives:
+        assert outcome.file.data is not None
+        lines = Lines(outcome.file.data)
+        target = targets.get(outcome.file.path.resolve()) or targets.get(Path(outcome.file.path.name), "")
+        for registration in registrations(outcome.file.data):
+            module = registration.module
+            module = target if module == TORCH_EXTENSION_NAME else module
+            line = lines.point(registration.start)[0]
+            operators.append(_Operator(registration, outcome.file.display, line, module))
+    calls: dict[_Operator, list[str]] = {op: [] for op in operators}
+    linked = []
+    for outcome in outcomes:
+        new = _call_findings(outcome, operators, index)
+        for operator, finding in new:
+            cell = f"cell {finding.cell}:" if finding.cell else ""
+            calls[operator].append(f"{outcome.file.display}:{cell}{finding.line}")
+        if new:
+            findings = sorted(outcome.result.findings + [f for _, f in new], key=_order)
+            outcome = FileOutcome(outcome.file, replace(outcome.result, findings=findings))
+        linked.append(outcome)
+    return [_described(o, operators, calls) if o in natives else o for o in linked]
+
+
+def _call_findings(
+    outcome: FileOutcome, operators: Sequence[_Operator], index: RuleIndex
+) -> list[tuple[_Operator, Finding]]:
+    """The findings of a Python file's (or a notebook's) calls to the operators."""
+    kind, data = kind_of(outcome.file), outcome.file.data
+    if data is None or kind not in ("python", "setup.py", "notebook"):
+        return []
+    relocate: Callable[[Finding], Finding] = lambda finding: finding  # noqa: E731
+    if kind == "notebook":
+        from npu_migrate.notebook import python_of
+
+        module = python_of(data)
+        if module is None:
+            return []
+        data, relocate = module
+    found = _calls(data, outcome.file.module, operators)
+    if not found:
+        return []
+    lines = Lines(data)
+    at = {(lines.point(start)[0], op.registration.name): op for op, start, _ in found}
+    sites = [
+        Site("operator call", start, end, op.registration.name, detail=f"registered in {op.file}:{op.line}")
+        for op, start, end in found
+    ]
+    findings, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines)
+    return [(at[f.line, f.code], relocate(f)) for f in findings]
+
+
+def _order(finding: Finding) -> tuple[int, int, str]:
+    return finding.line, finding.column, finding.rule.code
+
+
+def _described(
+    outcome: FileOutcome, operators: Sequence[_Operator], calls: dict[_Operator, list[str]]
+) -> FileOutcome:
+    """The registrations' findings with what builds them and who calls them."""
+    here = {(op.line, op.registration.name): op for op in operators if op.file == outcome.file.display}
+    findings = []
+    for finding in outcome.result.findings:
+        operator = here.get((finding.line, finding.code))
+        if operator is not None:
+            built = (
+                f"built as `{operator.module}`"
+                if operator.module
+                else f"in torch.ops.{operator.registration.namespace}"
+            )
+            called = calls[operator]
+            said = (
+                f"called from {', '.join(called)}" if called else "no Python call found in the scanned files"
+            )
+            finding = replace(finding, detail=f"{built}; {said}")
+        findings.append(finding)
+    return FileOutcome(outcome.file, replace(outcome.result, findings=findings))
+
+
+def _build_targets(outcomes: list[FileOutcome]) -> dict[Path, str]:
+    """Source file -> the name of the extension that compiles it (setup.py's CUDAExtension,
+    cpp_extension.load): by its path from the Python file's folder, and by its bare name."""
+    targets: dict[Path, str] = {}
+    for outcome in outcomes:
+        data = outcome.file.data
+        if (
+            not data
+            or kind_of(outcome.file) not in ("python", "setup.py")
+            or (b"Extension" not in data and b"load" not in data)
+        ):
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError):
+            continue
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name not in _BUILDERS:
+                continue
+            given = {k.arg: k.value for k in call.keywords if k.arg}
+            target = given.get("name", call.args[0] if call.args else None)
+            sources = given.get("sources", call.args[1] if len(call.args) > 1 else None)
+            if not (isinstance(target, ast.Constant) and isinstance(target.value, str)):
+                continue
+            for source in _strings(sources):
+                folder = outcome.file.path.parent
+                targets[(folder / source).resolve()] = target.value
+                targets.setdefault(Path(Path(source).name), target.value)
+    return targets
+
+
+def _strings(node: ast.expr | None) -> list[str]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _calls(
+    data: bytes, module: ModulePath, operators: Sequence[_Operator]
+) -> list[tuple[_Operator, int, int]]:
+    """Where Python code calls the operators: `<module>.name(...)` through the module's import
+    (any alias, relative imports resolved), a name imported from it, or `torch.ops.ns.name`."""
+    wanted = [op for op in operators if op.registration.name.split("::")[-1].encode() in data]
+    if not wanted:
+        return []
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return []
+    aliases = _imported(tree, module)
+    lines = [0]
+    for line in data.splitlines(keepends=True):
+        lines.append(lines[-1] + len(line))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        reached = _reached(node.func, aliases)
+        for operator in wanted:
+            if reached == _reach(operator):
+                assert node.func.end_lineno is not None and node.func.end_col_offset is not None
+                start = lines[node.func.lineno - 1] + node.func.col_offset
+                end = lines[node.func.end_lineno - 1] + node.func.end_col_offset
+                found.append((operator, start, end))
+    return found
+
+
+def _reach(operator: _Operator) -> str:
+    """What Python calls to reach the operator: `module.name` or `torch.ops.ns.name`."""
+    registration = operator.registration
+    if registration.namespace:
+        return f"torch.ops.{registration.namespace}.{registration.name.split('::')[-1]}"
+    return f"{operator.module}.{registration.name}"
+
+
+def _imported(tree: ast.Module, module: ModulePath) -> dict[str, str]:
+    """Local name -> the qualified name it is bound to by the file's imports."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    bound[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.package.split(".") if module.package else []
+                parts = parts[: len(parts) - node.level + 1] if node.level > 1 else parts
+                base = ".".join([*parts, *([base] if base else [])])
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+    return bound
+
+
+def _reached(func: ast.expr, aliases: dict[str, str]) -> str:
+    """The qualified name a call's function spells (`_C.fused_gelu` -> `fastops._C.fused_gelu`;
+    a `.default` overload of a torch.ops operator is the operator)."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return ""
+    parts.append(aliases.get(func.id, func.id))
+    dotted = ".".join(reversed(parts))
+    return dotted.removesuffix(".default") if dotted.startswith("torch.ops.") else dotted
