@@ -26,6 +26,10 @@ _PYBIND = re.compile(rb"PYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY = re.compile(rb"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY_IMPL = re.compile(rb"TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
 _KERNEL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s)?[*&\s]*(\w+)\s*\(")
+_LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
+_CUDA_MARKS = re.compile(
+    rb"#\s*include\s*[<\"](cuda|cublas|cudnn|ATen/cuda/|c10/cuda/|thrust/)|<<<|\bcudaStream_t\b|__global__"
+)
 _BUILDERS = ("CUDAExtension", "CppExtension", "load", "load_inline")
 TORCH_EXTENSION_NAME = "TORCH_EXTENSION_NAME"
 
@@ -45,10 +49,28 @@ class Registration:
 def migrate_native(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    sites = [Site("operator", r.start, r.end, r.name) for r in registrations(data)]
+    sites = [
+        Site(
+            "operator",
+            r.start,
+            r.end,
+            r.name,
+            {"CUDA": "yes" if _cuda(r, None, data) else "no"},
+        )
+        for r in registrations(data)
+    ]
     sites += [Site("kernel", start, end, name) for start, end, name in _kernels(data)]
     findings, _ = match_sites(data, sorted(sites, key=lambda s: s.start), index, enabled, {"native"})
     return FileResult(findings=findings)
+
+
+def _cuda(registration: Registration, path: Path | None, data: bytes) -> bool:
+    """Whether an operator is CUDA code as its own file shows: a CUDA source, a CUDA
+    implementation, or a source that includes CUDA headers, defines or launches kernels (the
+    file's name where known: a handler sees only its bytes)."""
+    if (path and path.suffix in (".cu", ".cuh")) or registration.how == "CUDA implementation":
+        return True
+    return bool(_CUDA_MARKS.search(_blanked(data)))
 
 
 def _blanked(data: bytes) -> bytes:
@@ -94,7 +116,8 @@ def registrations(data: bytes) -> list[Registration]:
 
 
 def _kernels(data: bytes) -> Iterator[tuple[int, int, str]]:
-    for kernel in _KERNEL.finditer(_blanked(data)):
+    code = _LAUNCH_BOUNDS.sub(lambda m: b" " * len(m[0]), _blanked(data))  # not the kernel's name
+    for kernel in _KERNEL.finditer(code):
         yield kernel.start(1), kernel.end(1), kernel[1].decode()
 
 
@@ -106,28 +129,43 @@ class _Operator:
     registration: Registration
     file: str  # where it is registered, as reports name the file
     line: int
-    module: str  # the Python module pybind11 builds ("" for a torch library's operator)
+    module: str  # the Python module pybind11 builds ("" for a torch library's or an unknown build)
+    cuda: bool  # CUDA code: see cuda_code, or a build with .cu sources
+
+
+@dataclass(frozen=True)
+class _Target:
+    """An extension a Python file builds: its name, and whether any of its sources is CUDA."""
+
+    name: str
+    cuda: bool
 
 
 def link_operators(outcomes: list[FileOutcome], rules: Callable[[], RuleIndex]) -> list[FileOutcome]:
-    """Each operator's finding says which extension builds it and where Python calls it; each
-    call gets a finding of its own, saying where the operator is registered. `rules` is called
-    only when some source registers an operator."""
+    """Each operator's finding says which extension builds it (a .cpp file built with .cu
+    sources, or beside them where the build cannot be read, is CUDA code) and where Python calls
+    it; each call gets a finding of its own, saying where the operator is registered. `rules` is
+    called only when some source registers one."""
     natives = [o for o in outcomes if kind_of(o.file) == "native" and o.file.data and o.result.findings]
     if not natives:
         return outcomes
     index = rules()
     targets = _build_targets(outcomes)
+    cuda_folders = {o.file.path.parent for o in outcomes if o.file.path.suffix in (".cu", ".cuh")}
     operators = []
     for outcome in natives:
-        assert outcome.file.data is not None
-        lines = Lines(outcome.file.data)
-        target = targets.get(outcome.file.path.resolve()) or targets.get(Path(outcome.file.path.name), "")
-        for registration in registrations(outcome.file.data):
+        data = outcome.file.data
+        assert data is not None
+        lines = Lines(data)
+        target = targets.get(outcome.file.path.resolve()) or targets.get(Path(outcome.file.path.name))
+        for registration in registrations(data):
             module = registration.module
-            module = target if module == TORCH_EXTENSION_NAME else module
+            if module == TORCH_EXTENSION_NAME:
+                module = target.name if target else ""
+            built_with_cuda = target.cuda if target else outcome.file.path.parent in cuda_folders
+            cuda = _cuda(registration, outcome.file.path, data) or built_with_cuda
             line = lines.point(registration.start)[0]
-            operators.append(_Operator(registration, outcome.file.display, line, module))
+            operators.append(_Operator(registration, outcome.file.display, line, module, cuda))
     calls: dict[_Operator, list[str]] = {op: [] for op in operators}
     linked = []
     for outcome in outcomes:
@@ -139,7 +177,7 @@ def link_operators(outcomes: list[FileOutcome], rules: Callable[[], RuleIndex]) 
             findings = sorted(outcome.result.findings + [f for _, f in new], key=_order)
             outcome = FileOutcome(outcome.file, replace(outcome.result, findings=findings))
         linked.append(outcome)
-    return [_described(o, operators, calls) if o in natives else o for o in linked]
+    return [_described(o, operators, calls, index) if o in natives else o for o in linked]
 
 
 def _call_findings(
@@ -163,7 +201,14 @@ def _call_findings(
     lines = Lines(data)
     at = {(lines.point(start)[0], op.registration.name): op for op, start, _ in found}
     sites = [
-        Site("operator call", start, end, op.registration.name, detail=f"registered in {op.file}:{op.line}")
+        Site(
+            "operator call",
+            start,
+            end,
+            op.registration.name,
+            {"CUDA": "yes" if op.cuda else "no"},
+            detail=f"registered in {op.file}:{op.line}",
+        )
         for op, start, end in found
     ]
     findings, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines)
@@ -175,32 +220,46 @@ def _order(finding: Finding) -> tuple[int, int, str]:
 
 
 def _described(
-    outcome: FileOutcome, operators: Sequence[_Operator], calls: dict[_Operator, list[str]]
+    outcome: FileOutcome, operators: Sequence[_Operator], calls: dict[_Operator, list[str]], index: RuleIndex
 ) -> FileOutcome:
-    """The registrations' findings with what builds them and who calls them."""
-    here = {(op.line, op.registration.name): op for op in operators if op.file == outcome.file.display}
-    findings = []
-    for finding in outcome.result.findings:
-        operator = here.get((finding.line, finding.code))
-        if operator is not None:
-            built = (
-                f"built as `{operator.module}`"
-                if operator.module
-                else f"in torch.ops.{operator.registration.namespace}"
+    """The registrations' findings again, now that what builds each operator (and so whether it
+    is CUDA code) and who calls it are known; the kernels' findings as they were."""
+    data = outcome.file.data
+    assert data is not None
+    here = [op for op in operators if op.file == outcome.file.display]
+    sites = []
+    for operator in here:
+        if operator.module:
+            built = f"built as `{operator.module}`"
+        elif operator.registration.namespace:
+            built = f"in torch.ops.{operator.registration.namespace}"
+        else:
+            built = "built by an extension npu-migrate cannot name (no literal CUDAExtension or load)"
+        called = calls[operator]
+        said = f"called from {', '.join(called)}" if called else "no Python call found in the scanned files"
+        registration = operator.registration
+        facts = {"CUDA": "yes" if operator.cuda else "no"}
+        sites.append(
+            Site(
+                "operator",
+                registration.start,
+                registration.end,
+                registration.name,
+                facts,
+                detail=f"{built}; {said}",
             )
-            called = calls[operator]
-            said = (
-                f"called from {', '.join(called)}" if called else "no Python call found in the scanned files"
-            )
-            finding = replace(finding, detail=f"{built}; {said}")
-        findings.append(finding)
-    return FileOutcome(outcome.file, replace(outcome.result, findings=findings))
+        )
+    lines = Lines(data)
+    registered = {(lines.point(op.registration.start)[0], op.registration.name) for op in here}
+    kept = [f for f in outcome.result.findings if (f.line, f.code) not in registered]
+    new, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines)
+    return FileOutcome(outcome.file, replace(outcome.result, findings=sorted(kept + new, key=_order)))
 
 
-def _build_targets(outcomes: list[FileOutcome]) -> dict[Path, str]:
-    """Source file -> the name of the extension that compiles it (setup.py's CUDAExtension,
+def _build_targets(outcomes: list[FileOutcome]) -> dict[Path, _Target]:
+    """Source file -> the extension that compiles it (setup.py's CUDAExtension,
     cpp_extension.load): by its path from the Python file's folder, and by its bare name."""
-    targets: dict[Path, str] = {}
+    targets: dict[Path, _Target] = {}
     for outcome in outcomes:
         data = outcome.file.data
         if (
@@ -219,13 +278,13 @@ def _build_targets(outcomes: list[FileOutcome]) -> dict[Path, str]:
                 continue
             given = {k.arg: k.value for k in call.keywords if k.arg}
             target = given.get("name", call.args[0] if call.args else None)
-            sources = given.get("sources", call.args[1] if len(call.args) > 1 else None)
+            sources = _strings(given.get("sources", call.args[1] if len(call.args) > 1 else None))
             if not (isinstance(target, ast.Constant) and isinstance(target.value, str)):
                 continue
-            for source in _strings(sources):
-                folder = outcome.file.path.parent
-                targets[(folder / source).resolve()] = target.value
-                targets.setdefault(Path(Path(source).name), target.value)
+            built = _Target(target.value, name == "CUDAExtension" or any(s.endswith(".cu") for s in sources))
+            for source in sources:
+                targets[(outcome.file.path.parent / source).resolve()] = built
+                targets.setdefault(Path(Path(source).name), built)
     return targets
 
 

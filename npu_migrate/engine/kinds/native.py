@@ -21,6 +21,11 @@ class CustomOperatorMatch(Strict):
         description="Regex the operator's whole name must match (`fused_gelu`; a torch library's "
         "operator as `namespace::name`): where a source registers it, and where Python calls it."
     )
+    cuda: bool = Field(
+        default=True,
+        description="Operators of CUDA code (a .cu source, a CUDA implementation, CUDA headers or "
+        "kernels in its source, a build with .cu sources); false: of C++ code without CUDA.",
+    )
 
 
 class CudaKernelMatch(Strict):
@@ -34,11 +39,13 @@ class CustomOperatorKind(SiteKind):
 
     @staticmethod
     def keys(match: CustomOperatorMatch) -> set[str]:
-        return {f"custom_operator:{match.custom_operator}"}
+        return {f"custom_operator:{match.custom_operator}:{match.cuda}"}
 
     @staticmethod
     def hit(match: CustomOperatorMatch, site: Site) -> bool:
-        return site.kind in ("operator", "operator call") and full_match(match.custom_operator, site.text)
+        if site.kind not in ("operator", "operator call") or (site.facts.get("CUDA") == "yes") != match.cuda:
+            return False
+        return full_match(match.custom_operator, site.text)
 
 
 class CudaKernelKind(SiteKind):
