@@ -5,8 +5,8 @@ reported? A scan of a migrated tree must be the user's complete to-do list.
 
 For each TREE: `apply TREE --out COPY` (the original is never modified), then `scan COPY --format
 json`, then every CUDA trace in COPY's code is looked up among the scan's findings by line. The
-traces are found here by Python's tokenizer, independently of the rule catalog (a detector built
-from the rules would only find what the rules already know):
+traces in Python are found here by Python's tokenizer, independently of the rule catalog (a
+detector built from the rules would only find what the rules already know):
   * names: `cuda` and `is_cuda` (as in `torch.cuda`, `.cuda()`, `from torch import cuda`,
     `t.is_cuda`; not variables of the code's own named so), `cudnn` (TF32 switches go through
     `torch.backends.cuda` or `cudnn`), `set_float32_matmul_precision`, `NCCL`, `CUDAAccelerator`,
@@ -16,7 +16,9 @@ from the rules would only find what the rules already know):
     (f-string fields read as `{}`), `gpu` (lowercase, as torch and the frameworks spell devices;
     "CUDA" and "GPU" are labels), `nccl` in any case and the `cpu:gloo,cuda:nccl` forms.
 Comments, prose strings and messages (a literal passed to print, a logging method or an
-exception) steer nothing and hold no traces.
+exception) steer nothing and hold no traces. In the other files (scripts, Dockerfiles, Makefiles,
+dependency files, YAML/JSON configs, C++/CUDA sources) a trace is a line that holds a CUDA name
+(TEXT_TRACES) outside a whole-line comment.
 
 Prints, per tree: files, traces before and after apply, and how many of those left carry a
 finding on their line; then the silent ones by kind, and up to --show of them with their line.
@@ -135,16 +137,71 @@ def _string_text(literal: str) -> str | None:
 
 def tree_traces(root: Path) -> list[Trace]:
     found: list[Trace] = []
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.ipynb")]):
-        if path.is_file() and not path.is_symlink():
-            source = path.read_bytes().decode("utf-8", errors="replace")
-            name = path.relative_to(root).as_posix()
-            found += notebook_traces(source, name) if path.suffix == ".ipynb" else traces_in(source, name)
+    for path in sorted(root.rglob("*")):
+        kind = _text_kind(path.name)
+        if not path.is_file() or path.is_symlink() or kind is None:
+            continue
+        source = path.read_bytes().decode("utf-8", errors="replace")
+        name = path.relative_to(root).as_posix()
+        if kind == "python":
+            found += traces_in(source, name)
+        elif kind == "notebook":
+            found += notebook_traces(source, name)
+        else:
+            found += line_traces(source, name, *TEXT_TRACES[kind])
     return found
 
 
 # A shell line (`!cmd` in a notebook, or a line of a %%bash cell) with a CUDA tool or variable.
 SHELL_TRACE = re.compile(r"\bnvidia-smi\b|\bnvcc\b|\bCUDA_\w+|\bNCCL_\w+")
+# Files that are not Python, per kind: what a trace is, how a whole-line comment starts, and what
+# is text that steers nothing (a shell's single-quoted string: `echo '$CUDA_VISIBLE_DEVICES'`).
+TEXT_TRACES = {
+    "shell": (re.compile(SHELL_TRACE.pattern + r"|nvidia/cuda|\bcuda(:\d+)?\b"), "#", re.compile(r"'[^']*'")),
+    "dependencies": (
+        re.compile(
+            r"(?i)flash[-_]attn|xformers|bitsandbytes|\+cu\d+|/whl/cu\d+|cudatoolkit|pytorch-cuda|"
+            r"\bnvidia[-_]|\btriton\b|\bapex\b|mamba[-_]ssm|causal[-_]conv1d|cupy"
+        ),
+        "#",
+        None,
+    ),
+    "config": (re.compile(r"(?i):\s*[\"']?(nccl|MULTI_GPU|cuda(:\d+)?)[\"']?\s*(,|}|$)"), "#", None),
+    "native": (re.compile(r"__global__|py::class_|\b\w+\s*\.\s*(def|impl)\(\s*\""), "//", None),
+}
+
+
+# A package's own name, or a group of extras named after a package, is not a use of it.
+NOT_A_USE = re.compile(r"\s*(name\s*=|[\w-]+\s*=\s*\[\s*$)")
+
+
+def _text_kind(name: str) -> str | None:
+    """What the audit reads a file as, by its name (npu-migrate's own classification is not
+    used: the audit must not inherit its blind spots)."""
+    lower = name.lower()
+    if lower.endswith((".py", ".ipynb")):
+        return "python" if lower.endswith(".py") else "notebook"
+    if lower.endswith((".sh", ".bash")) or lower.startswith(("dockerfile", "makefile")):
+        return "shell"
+    if re.fullmatch(r".*requirements.*\.(txt|in)|pyproject\.toml|setup\.cfg|environment.*\.ya?ml", lower):
+        return "dependencies"
+    if lower.endswith((".yaml", ".yml", ".json")):
+        return "config"
+    return "native" if lower.endswith((".cu", ".cuh", ".cpp", ".cc", ".cxx")) else None
+
+
+def line_traces(
+    source: str, name: str, trace: re.Pattern[str], comment: str, text: re.Pattern[str] | None
+) -> list[Trace]:
+    """One trace per line that holds one outside a whole-line comment and outside text."""
+    found = []
+    for number, line in enumerate(source.splitlines(), start=1):
+        code = text.sub("", line) if text else line
+        use = not line.lstrip().startswith(comment) and not NOT_A_USE.match(line)
+        hit = trace.search(code) if use else None
+        if hit:
+            found.append(Trace(name, number, hit[0].strip("\"' ,}")))
+    return found
 
 
 def notebook_traces(source: str, name: str) -> list[Trace]:
@@ -239,6 +296,9 @@ def main() -> int:
             kinds = ", ".join(f"{kind} {n}" for kind, n in Counter(t.kind for t in a.silent).most_common())
             print(f"\n{a.tree.name}: silent by kind: {kinds}")
             for t in a.silent[: args.show]:
+                if "#cell" in t.file:  # a notebook's cell: its line is in the JSON, not a line of the file
+                    print(f"  {t.file}:{t.line}: {t.kind}")
+                    continue
                 line = (a.migrated / t.file).read_text(errors="replace").splitlines()[t.line - 1].strip()
                 print(f"  {t.file}:{t.line}: {line[:110]}")
     return 1 if any_silent else 0

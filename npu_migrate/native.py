@@ -25,7 +25,7 @@ _COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.D
 _PYBIND = re.compile(rb"PYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY = re.compile(rb"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY_IMPL = re.compile(rb"TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
-_KERNEL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s)?[*&\s]*(\w+)\s*\(")
+_KERNEL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s)?[*&\s]*(\w+)\s*(?:<[^;{()]*>\s*)?\(")
 _LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 _CUDA_MARKS = re.compile(
     rb"#\s*include\s*[<\"](cuda|cublas|cudnn|ATen/cuda/|c10/cuda/|thrust/)|<<<|\bcudaStream_t\b|__global__"
@@ -84,8 +84,8 @@ def _blanked(data: bytes) -> bytes:
 
 
 def registrations(data: bytes) -> list[Registration]:
-    """Each `<m>.def("name" ...)` / `<m>.impl("name" ...)` after the macro that binds `<m>`, up to
-    the next such macro."""
+    """Each `<m>.def("name" ...)` / `<m>.impl("name" ...)` (and pybind11's `py::class_<...>(<m>,
+    "Name")`) after the macro that binds `<m>`, up to the next such macro."""
     code = _blanked(data)
     macros = sorted(
         [(m.start(), m[2], m[1].decode(), "", "pybind11") for m in _PYBIND.finditer(code)]
@@ -99,14 +99,17 @@ def registrations(data: bytes) -> list[Registration]:
     for number, (start, variable, module, namespace, how) in enumerate(macros):
         end = macros[number + 1][0] if number + 1 < len(macros) else len(code)
         method = rb"impl" if how.endswith("implementation") else rb"def"
-        call = re.compile(rb"\b" + re.escape(variable) + rb"\s*\.\s*" + method + rb'\s*\(\s*"([\w.]+)')
-        for defined in call.finditer(code, start, end):
-            name = defined[1].decode()
+        call = rb"\b" + re.escape(variable) + rb"\s*\.\s*" + method + rb'\s*\(\s*"([\w.]+)'
+        if how == "pybind11":  # a bound class is reached like a function: module.Name(...)
+            call += rb"|py::class_\s*<[^;]*?>\s*\(\s*" + re.escape(variable) + rb'\s*,\s*"(\w+)'
+        for defined in re.compile(call).finditer(code, start, end):
+            group = 1 if defined[1] is not None else 2
+            name = defined[group].decode()
             found.append(
                 Registration(
                     f"{namespace}::{name}" if namespace else name,
-                    defined.start(1),
-                    defined.end(1),
+                    defined.start(group),
+                    defined.end(group),
                     module,
                     namespace,
                     how,
@@ -117,8 +120,8 @@ def registrations(data: bytes) -> list[Registration]:
 
 def _kernels(data: bytes) -> Iterator[tuple[int, int, str]]:
     code = _LAUNCH_BOUNDS.sub(lambda m: b" " * len(m[0]), _blanked(data))  # not the kernel's name
-    for kernel in _KERNEL.finditer(code):
-        yield kernel.start(1), kernel.end(1), kernel[1].decode()
+    for kernel in _KERNEL.finditer(code):  # from `__global__` (its line) to the name
+        yield kernel.start(), kernel.end(1), kernel[1].decode()
 
 
 # ---------------------------------------------------------------- across the run

@@ -122,7 +122,9 @@ def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]
     if any(m.lstrip().startswith("!") for m in magics):
         first = min(starts.values())  # the line of the first marker; the import goes after it
         lines.insert(first, _SHELL_IMPORT)
-        starts = {cell: start + (start > first) for cell, start in starts.items()}
+        starts = {
+            cell: start + (start >= first) for cell, start in starts.items()
+        }  # the first: at the import
     return "".join(lines), starts, magics
 
 

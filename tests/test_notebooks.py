@@ -87,3 +87,27 @@ def test_the_summary_groups_findings_by_kind_of_file(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["summary"]["by_file_kind"] == {"notebook": 5, "python": 1}
     text = run_cli("scan", ".", cwd=tmp_path).stdout
     assert "By kind of file: 5 in notebook files, 1 in python files." in text
+
+
+def test_a_shell_line_first_in_the_first_code_cell_is_located_there(tmp_path: Path) -> None:
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# notes"]},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "outputs": [],
+            "execution_count": None,
+            "source": ["!nvidia-smi -L"],
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "outputs": [],
+            "execution_count": None,
+            "source": ["x = t.cuda()"],
+        },
+    ]
+    notebook = tmp_path / "first.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    report = json.loads(run_cli("scan", notebook.name, "--format", "json", cwd=tmp_path).stdout)
+    assert [(f["cell"], f["line"], f["column"]) for f in report["findings"]] == [(2, 1, 1), (3, 1, 5)]
