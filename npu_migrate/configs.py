@@ -14,7 +14,8 @@ import yaml
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds.setting import SettingMatch
 from npu_migrate.engine.kinds.site import found
-from npu_migrate.engine.sites import Site, match_sites
+from npu_migrate.engine.sites import Site, match_sites, site_result
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 ESCAPED = "the value is spelled with escapes: edit it by hand"
@@ -63,8 +64,9 @@ def migrate_config(
         root = compose(text.replace("\t", " ") if text.lstrip().startswith(("{", "[")) else text)
     except yaml.YAMLError as exc:
         return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")
-    findings, edits = match_sites(data, _sites(text, root), index, enabled, {"config"})
-    return FileResult(findings=findings, new_source=edits.apply(data) if edits.spans else None)
+    suppressions = Suppressions.in_lines(data)  # YAML's comments (JSON has none)
+    matched = match_sites(data, _sites(text, root), index, enabled, {"config"}, suppressions=suppressions)
+    return site_result(matched, data, suppressions)
 
 
 def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:

@@ -18,7 +18,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from npu_migrate.configs import LOADER, spelled
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds.dependency import normalized
-from npu_migrate.engine.sites import Site, match_sites
+from npu_migrate.engine.sites import Site, match_sites, site_result
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 if sys.version_info >= (3, 11):
@@ -75,15 +76,18 @@ def migrate_setup_py(
     if result.error:
         return result
     found = [replace(entry, held=entry.held or AS_PYTHON) for entry in _setup_py_requirements(data)]
-    packages = _migrate(data, found, index, enabled, NOT_LINES)
+    packages = _migrate(data, found, index, enabled, NOT_LINES, Suppressions.of(data))
     result.findings = sorted(result.findings + packages.findings, key=lambda f: (f.line, f.column))
+    result.suppressed += packages.suppressed
+    used_here = set(result.unused_suppressions) - set(packages.unused_suppressions)
+    result.unused_suppressions = [line for line in result.unused_suppressions if line not in used_here]
     return result
 
 
 def migrate_setup_cfg(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return _migrate(data, list(_setup_cfg_requirements(data)), index, enabled, NOT_LINES)
+    return _migrate(data, list(_setup_cfg_requirements(data)), index, enabled, NOT_LINES, Suppressions([]))
 
 
 def migrate_conda(
@@ -103,11 +107,14 @@ def _migrate(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     no_new_line: str | None,
+    suppressions: Suppressions | None = None,
 ) -> FileResult:
-    findings, edits = match_sites(
-        data, requirement_sites(found, no_new_line), index, enabled, {"requirements"}
-    )
-    return FileResult(findings=findings, new_source=edits.apply(data) if edits.spans else None)
+    """The rules at the requirements found; suppression comments are `#` comments at the end of a
+    line (setup.cfg's values take none: configparser reads them as part of the value)."""
+    suppressions = suppressions or Suppressions.in_lines(data)
+    sites = requirement_sites(found, no_new_line)
+    matched = match_sites(data, sites, index, enabled, {"requirements"}, suppressions=suppressions)
+    return site_result(matched, data, suppressions)
 
 
 def requirement_sites(found: list[Found], no_new_line: str | None) -> list[Site]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 from npu_migrate.shell import migrate_script
 
@@ -23,13 +24,15 @@ _MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, 
 def migrate_dockerfile(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(data, dockerfile_view(data), index, enabled)
+    return migrate_script(
+        data, dockerfile_view(data), index, enabled, Suppressions([])
+    )  # whole-line comments only
 
 
 def migrate_makefile(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(data, makefile_view(data), index, enabled)
+    return migrate_script(data, makefile_view(data), index, enabled, Suppressions.in_lines(data))
 
 
 def _blank(text: bytes) -> bytes:

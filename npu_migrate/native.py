@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.discover import kind_of
 from npu_migrate.engine.sites import Lines, Site, match_sites
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileOutcome, FileResult, Finding, ModulePath
 
 if TYPE_CHECKING:
@@ -172,35 +173,45 @@ def link_operators(outcomes: list[FileOutcome], rules: Callable[[], RuleIndex]) 
     calls: dict[_Operator, list[str]] = {op: [] for op in operators}
     linked = []
     for outcome in outcomes:
-        new = _call_findings(outcome, operators, index)
+        new, suppressions = _call_findings(outcome, operators, index)
         for operator, finding in new:
             cell = f"cell {finding.cell}:" if finding.cell else ""
             calls[operator].append(f"{outcome.file.display}:{cell}{finding.line}")
-        if new:
-            findings = sorted(outcome.result.findings + [f for _, f in new], key=_order)
-            outcome = FileOutcome(outcome.file, replace(outcome.result, findings=findings))
+        if suppressions is not None:
+            result = outcome.result
+            used = {s.line for s in suppressions.used}
+            outcome = FileOutcome(
+                outcome.file,
+                replace(
+                    result,
+                    findings=sorted(result.findings + [f for _, f in new], key=_order),
+                    suppressed=result.suppressed + suppressions.hits,
+                    unused_suppressions=[n for n in result.unused_suppressions if n not in used],
+                ),
+            )
         linked.append(outcome)
     return [_described(o, operators, calls, index) if o in natives else o for o in linked]
 
 
 def _call_findings(
     outcome: FileOutcome, operators: Sequence[_Operator], index: RuleIndex
-) -> list[tuple[_Operator, Finding]]:
-    """The findings of a Python file's (or a notebook's) calls to the operators."""
+) -> tuple[list[tuple[_Operator, Finding]], Suppressions | None]:
+    """The findings of a Python file's (or a notebook's) calls to the operators, and the file's
+    suppression comments as they stand after them."""
     kind, data = kind_of(outcome.file), outcome.file.data
     if data is None or kind not in ("python", "setup.py", "notebook"):
-        return []
+        return [], None
     relocate: Callable[[Finding], Finding] = lambda finding: finding  # noqa: E731
     if kind == "notebook":
         from npu_migrate.notebook import python_of
 
         module = python_of(data)
         if module is None:
-            return []
+            return [], None
         data, relocate = module
     found = _calls(data, outcome.file.module, operators)
     if not found:
-        return []
+        return [], None
     lines = Lines(data)
     at = {(lines.point(start)[0], op.registration.name): op for op, start, _ in found}
     sites = [
@@ -214,8 +225,10 @@ def _call_findings(
         )
         for op, start, end in found
     ]
-    findings, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines)
-    return [(at[f.line, f.code], relocate(f)) for f in findings]
+    # a Python file's suppression comments hold for these findings too (a notebook's: not yet)
+    suppressions = Suppressions.of(data) if kind != "notebook" else Suppressions([])
+    findings, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines, suppressions)
+    return [(at[f.line, f.code], relocate(f)) for f in findings], suppressions
 
 
 def _order(finding: Finding) -> tuple[int, int, str]:

@@ -15,7 +15,8 @@ from typing import Any
 
 from npu_migrate.dependencies import Found, requirement_sites
 from npu_migrate.engine.index import RuleIndex
-from npu_migrate.engine.sites import Site, match_sites
+from npu_migrate.engine.sites import Site, match_sites, site_result
+from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 IN_TEXT = "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides"
@@ -35,11 +36,11 @@ def _parser() -> Any:
 def migrate_shell(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(data, data, index, enabled)
+    return migrate_script(data, data, index, enabled, Suppressions.in_lines(data))
 
 
 def migrate_script(
-    data: bytes, view: bytes, index: RuleIndex, enabled: frozenset[Applicability]
+    data: bytes, view: bytes, index: RuleIndex, enabled: frozenset[Applicability], suppressions: Suppressions
 ) -> FileResult:
     """A script's result. `view` is what bash parses: the file itself, or (a Dockerfile, a
     Makefile) the file with what is not shell blanked out, byte for byte at the same offsets."""
@@ -49,14 +50,11 @@ def migrate_script(
         return FileResult(error=f"line {line}: not a script bash can parse")
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     sites = [*_sites(tree.root_node, view), *installed]
-    findings, edits = match_sites(data, sites, index, enabled, {"shell", "requirements"})
-    result = FileResult(findings=findings)
-    if edits.spans:
-        refused = _bash_refuses(edits.apply(view))
-        if refused:
-            return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
-        result.new_source = edits.apply(data)
-    return result
+    matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
+    edits = matched[1]
+    if edits.spans and (refused := _bash_refuses(edits.apply(view))):
+        return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
+    return site_result(matched, data, suppressions)
 
 
 def _site(node: Any, data: bytes, kind: str, held: str | None = None) -> Site:

@@ -10,8 +10,10 @@ import io
 import re
 import tokenize
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from npu_migrate.discover import kind_of
 from npu_migrate.model import FileOutcome, Finding
 from npu_migrate.write import write_atomic
 
@@ -35,13 +37,21 @@ def add_suppressions(outcomes: list[FileOutcome], wanted: dict[int, Finding]) ->
         if not findings or outcome.file.skipped or outcome.result.error:
             continue
         source = outcome.file.path.read_bytes()
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-        ends = _comment_lines(source)
+        kind = kind_of(outcome.file)
+        python = kind in ("python", "setup.py")
+        if not python and (kind not in _LINE_COMMENTS or outcome.file.path.suffix == ".json"):
+            why = f"a {kind} file takes no comment from --add-ignore; --baseline records it instead"
+            added.unplaced += [f"{outcome.file.display}:{f.line}: {f.rule.code}: {why}" for f in findings]
+            continue
+        encoding = tokenize.detect_encoding(io.BytesIO(source).readline)[0] if python else "utf-8"
+        ends = _comment_lines(source) if python else _LINE_COMMENTS[kind](source)
         codes: dict[int, set[str]] = defaultdict(set)
         for finding in findings:
-            line = next((n for n in range(finding.line, finding.end_line + 1) if n in ends), None)
+            spans = range(finding.line, finding.end_line + 1)
+            line = next((n for n in spans if n in ends), None) if not _in_text(finding) else None
             if line is None:
-                added.unplaced.append(f"{outcome.file.display}:{finding.line}: {finding.rule.code}")
+                why = "no line of it can take a comment"
+                added.unplaced.append(f"{outcome.file.display}:{finding.line}: {finding.rule.code}: {why}")
             else:
                 codes[line].add(finding.rule.code)
                 added.suppressed.add(id(finding))
@@ -55,6 +65,35 @@ def add_suppressions(outcomes: list[FileOutcome], wanted: dict[int, Finding]) ->
         added.comments += len(codes)
         added.files += 1
     return added
+
+
+def _lines_without_continuation(source: bytes) -> set[int]:
+    """A `#` comment may end any line but one continued by a backslash."""
+    lines = source.decode("utf-8", errors="replace").splitlines()
+    return {n for n, line in enumerate(lines, start=1) if not line.rstrip().endswith("\\")}
+
+
+def _recipe_lines(source: bytes) -> set[int]:
+    """A Makefile's recipe lines (the shell reads `#` as a comment there; in an assignment the
+    spaces before it would join the value)."""
+    return {n for n in _lines_without_continuation(source) if source.splitlines()[n - 1].startswith(b"\t")}
+
+
+# Kinds of files (discover.file_kind) whose lines take a `#` comment at their end, and which.
+# Not a notebook or JSON (no comments), a Dockerfile (whole-line comments only), C++, setup.cfg.
+_LINE_COMMENTS: dict[str, Callable[[bytes], set[int]]] = {
+    "shell": _lines_without_continuation,
+    "requirements": _lines_without_continuation,
+    "pyproject": _lines_without_continuation,
+    "conda": _lines_without_continuation,
+    "config": _lines_without_continuation,
+    "makefile": _recipe_lines,
+}
+
+
+def _in_text(finding: Finding) -> bool:
+    """A finding in a heredoc's text: a comment there would be text too."""
+    return bool(finding.held and finding.held.startswith("it is in a heredoc"))
 
 
 def _comment_lines(source: bytes) -> set[int]:

@@ -11,6 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import tomllib
+import yaml
+
 from tests.fixture_cases import FIXTURES, run_cli
 
 REPO = FIXTURES / "training_repo" / "src"
@@ -106,3 +109,28 @@ def test_a_scan_of_the_migrated_tree_is_what_is_left_to_do(tmp_path: Path) -> No
     assert left and all(f["label"] in ("manual", "held", "note") for f in left), "nothing automatic is left"
     assert not [f for f in left if f["code"] == "NPU761" and f["file"].endswith("requirements.txt")]
     assert {f["code"] for f in left} >= {"NPU841", "NPU767", "NPU831", "NPU764", "NPU774"}
+
+
+def test_add_ignore_comments_only_where_a_comment_can_stand(tmp_path: Path) -> None:
+    """A notebook, JSON, a Dockerfile, C++ and setup.cfg take no end-of-line comment: they are
+    named and left as they are; every other suppression is honoured by the next scan."""
+    root = tmp_path / "src"
+    shutil.copytree(REPO, root)
+    added = run_cli("scan", "src", "--add-ignore", cwd=tmp_path)
+    unplaced = [line for line in added.stderr.splitlines() if line.startswith("not suppressed")]
+    for name in (
+        "notebooks/explore.ipynb",
+        "configs/ds_config.json",
+        "Dockerfile",
+        "csrc/fused.cpp",
+        "setup.cfg",
+    ):
+        assert (root / name).read_bytes() == (REPO / name).read_bytes(), name
+        assert any(line.startswith(f"not suppressed src/{name}:") for line in unplaced), name
+    json.loads((root / "notebooks/explore.ipynb").read_text())
+    tomllib.loads((root / "pyproject.toml").read_text())
+    yaml.safe_load((root / "configs/train.yaml").read_text())
+    assert subprocess.run(["bash", "-n", root / "scripts/launch.sh"], check=False).returncode == 0
+    assert "\t@echo" in (root / "Makefile").read_text() and "?= 0,1\n" in (root / "Makefile").read_text()
+    left = [f for f in findings_of(root) if f["label"] not in ("note",)]
+    assert len(left) == len(unplaced)

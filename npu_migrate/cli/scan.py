@@ -104,7 +104,7 @@ def scan(
         added = add_suppressions(outcomes, failing)
         common.err.print(f"added suppressions on {added.comments} line(s) in {added.files} file(s)")
         for finding_at in added.unplaced:
-            common.err.print(f"[yellow]not suppressed[/] {finding_at}: no line of it can take a comment")
+            common.err.print(f"[yellow]not suppressed[/] {finding_at}")
         findings = [f for f in findings if id(f) not in added.suppressed]
     common.finish(findings, gate, exit_zero, tool_failure(summary))
 

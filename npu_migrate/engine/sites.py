@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.engine.fixes import substituted
 from npu_migrate.engine.kinds import kind_of
-from npu_migrate.model import Applicability, Finding
+from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.model import Applicability, FileResult, Finding
 
 if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
@@ -60,6 +61,18 @@ class Edits:
         return data
 
 
+def site_result(found: tuple[list[Finding], Edits], data: bytes, suppressions: Suppressions) -> FileResult:
+    """A handler's result: its findings, the file with its edits (None: unchanged), and what its
+    suppression comments did."""
+    findings, edits = found
+    return FileResult(
+        findings=findings,
+        new_source=edits.apply(data) if edits.spans else None,
+        suppressed=suppressions.hits,
+        unused_suppressions=suppressions.unused(),
+    )
+
+
 def winner(matching: list[Rule]) -> Rule:
     """A user's rule before the catalog's, then one that supersedes the others."""
     ranked = sorted(matching, key=lambda r: r.builtin)
@@ -98,6 +111,7 @@ def match_sites(
     enabled: frozenset[Applicability],
     contents: Collection[str],
     lines: Lines | None = None,
+    suppressions: Suppressions | None = None,
 ) -> tuple[list[Finding], Edits]:
     """The findings of the rules of these contents (a script's shell and the requirements its
     pip installs) at these sites, and the edits of those applied. A site's text is edited where
@@ -116,6 +130,8 @@ def match_sites(
         fixed, held = _fix(rule, site)
         applied = fixed is not None and rule.applicability in enabled
         (line, column), (end_line, end_column) = lines.point(site.start), lines.point(site.end)
+        if suppressions is not None and suppressions.reason(rule.code, line, end_line):
+            continue  # neither reported nor fixed
         findings.append(
             Finding(
                 rule=rule.info,

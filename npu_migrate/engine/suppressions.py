@@ -35,6 +35,17 @@ class Suppressions:
 
     found: list[Suppression]
     used: set[Suppression] = field(default_factory=set)
+    hits: int = 0  # findings suppressed
+
+    @classmethod
+    def in_lines(cls, source: bytes) -> Suppressions:
+        """The comments of a file whose comments start with `#` and are not Python (a script, a
+        requirements file, YAML, TOML): each line's first `# npu-migrate: ...`."""
+        found = []
+        for number, line in enumerate(source.decode("utf-8", errors="replace").splitlines(), start=1):
+            if match := _COMMENT.search(line):
+                found.append(Suppression(number, _codes(match["codes"]), bool(match["file"])))
+        return cls(found)
 
     @classmethod
     def of(cls, source: bytes) -> Suppressions:
@@ -53,6 +64,7 @@ class Suppressions:
         for suppression in self.found:
             if suppression.covers(code, start, end):
                 self.used.add(suppression)
+                self.hits += 1
                 return f"suppressed by `{suppression.text}` on line {suppression.line}"
         return None
 
