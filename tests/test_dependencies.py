@@ -118,6 +118,7 @@ def test_dependency_files_without_findings_stay_byte_identical(tmp_path: Path) -
         "pyproject.toml": '[project]\nname = "x"\ndependencies = ["torch_npu==2.1.0", "torch==2.1.0"]\n',
         "setup.cfg": "[options]\ninstall_requires =\n    numpy\n",
         "environment.yml": "dependencies:\n  - python=3.11\n",
+        "setup.py": 'from setuptools import setup\nsetup(name="x", install_requires=["numpy"])\n',
     }
     for name, text in files.items():
         (tmp_path / name).write_bytes(text.encode())
