@@ -110,7 +110,7 @@ def run_rules(
             if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
     from npu_migrate.engine.index import RuleIndex
-    from npu_migrate.native import link_operators
+    from npu_migrate.operator_links import link_operators
 
     outcomes = [FileOutcome(file, results[i]) for i, file in enumerate(files)]
     return link_operators(outcomes, lambda: RuleIndex(source.rules, source.silenced))
