@@ -92,7 +92,7 @@ def test_requirements_keep_comments_options_and_markers() -> None:
 def test_a_pinned_torch_npu_settles_the_pin_and_unpinned_torch_says_why() -> None:
     assert found(migrate("requirements", "torch==2.4.0\ntorch_npu==2.4.0.post2\n")) == []
     unpinned = migrate("requirements", "torch>=2.1\n").findings[0]
-    assert unpinned.held == "`torch>=2.1` gives no VERSION for the fix" and not unpinned.applied
+    assert unpinned.held == "the fix needs $VERSION, which `torch>=2.1` does not give" and not unpinned.applied
 
 
 def test_scripts_report_what_pip_and_conda_install() -> None:
@@ -103,6 +103,7 @@ def test_scripts_report_what_pip_and_conda_install() -> None:
     )
     result = migrate("shell", script)
     assert found(result) == [
+        (2, 1, "NPU753", "CUDA_HOME"),
         (2, 40, "NPU761", "torch==2.1.0"),
         (2, 66, "NPU767", "flash-attn"),
         (3, 36, "NPU763", "https://download.pytorch.org/whl/cu121"),

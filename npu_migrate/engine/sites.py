@@ -97,7 +97,7 @@ def _fix(rule: Rule, site: Site) -> tuple[str | None, str | None]:
         return (None, site.held) if site.held else (substituted(site.text, fix.substitute), None)
     text, lacking = _expanded(fix.add_line or fix.template or "", site)
     if lacking:
-        return None, f"`{site.text}` gives no {', '.join(lacking)} for the fix"
+        return None, f"the fix needs ${', $'.join(lacking)}, which `{site.text}` does not give"
     held = site.held or (site.no_new_line if fix.add_line else None)
     if held:
         return None, f"{held}: `{text}`" if fix.add_line else held
