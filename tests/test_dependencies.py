@@ -110,7 +110,7 @@ def test_scripts_report_what_pip_and_conda_install() -> None:
         (4, 18, "NPU766", "nvidia"),
         (4, 25, "NPU764", "cuda-toolkit"),
     ]
-    assert result.findings[0].held is not None and "add to this command by hand" in result.findings[0].held
+    assert result.findings[1].held is not None and "add to this command by hand" in result.findings[1].held
 
 
 def test_dependency_files_without_findings_stay_byte_identical(tmp_path: Path) -> None:
