@@ -6,6 +6,7 @@ tokenizer's vocabulary is JSON too)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 ESCAPED = "the value is spelled with escapes: edit it by hand"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NOT_YAML = re.compile("[^\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,20 @@ def migrate_config(
         return FileResult(error=f"cannot decode as utf-8: {exc.reason}")
     if not any(found(setting, text) for setting in settings):
         return FileResult()
-    try:  # JSON may indent with tabs, which YAML refuses: a tab outside a JSON string is a space
-        root = compose(text.replace("\t", " ") if text.lstrip().startswith(("{", "[")) else text)
+    try:
+        root = compose(_as_yaml(text) if text.lstrip().startswith(("{", "[")) else text)
     except yaml.YAMLError as exc:
         return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")
     suppressions = Suppressions.in_lines(data)  # YAML's comments (JSON has none)
     matched = match_sites(data, _sites(text, root), index, enabled, {"config"}, suppressions=suppressions)
     return site_result(matched, data, suppressions)
+
+
+def _as_yaml(json_text: str) -> str:
+    """JSON as YAML's reader takes it, character for character: a tab (JSON's indentation) and a
+    control character JSON allows in a string but YAML refuses are spaces (such a string is then
+    spelled differently from its value, and held)."""
+    return _NOT_YAML.sub(" ", json_text)
 
 
 def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:

@@ -8,7 +8,7 @@ import errno
 import functools
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePath
 from stat import S_ISREG
 
 import pathspec
@@ -155,14 +155,20 @@ PATTERNS = (  # kinds by the shape of a name (lower case)
     (re.compile(r"(gnu)?makefile|.*\.mk"), "makefile"),
 )
 SHELLS = (b"/sh", b"/bash", b"env sh", b"env bash")
+CI_FOLDERS = {".github", ".circleci", ".gitlab"}
 
 
-def file_kind(name: str, first_line: bytes) -> str | None:
+def file_kind(path: str, first_line: bytes) -> str | None:
     """What a file is to npu-migrate (its handler in the pipeline): by its name ("setup.py",
-    "pyproject", "requirements", ...), its suffix ("python", "notebook", "shell") or else its
-    shebang; None: nothing it reads."""
+    "pyproject", "requirements", ...; a text file in a `requirements` folder too), its suffix
+    ("python", "notebook", "shell") or else its shebang; None: nothing it reads."""
+    name, folder = PurePath(path).name, PurePath(path).parent.name
     kind = NAMES.get(name) or next((k for p, k in PATTERNS if p.fullmatch(name.lower())), None)
-    kind = kind or SUFFIXES.get(Path(name).suffix)
+    if kind is None and folder == "requirements" and name.endswith((".txt", ".in")):
+        kind = "requirements"
+    kind = kind or SUFFIXES.get(PurePath(name).suffix)
+    if kind == "config" and CI_FOLDERS & set(PurePath(path).parts):
+        return None  # a CI workflow picks runners and images for the repository's own tests
     if kind is not None or not first_line.startswith(b"#!"):
         return kind
     if b"python" in first_line:
@@ -172,14 +178,14 @@ def file_kind(name: str, first_line: bytes) -> str | None:
 
 def kind_of(file: SourceFile) -> str:
     """A read file's kind (one named on the command line was taken for its kind, or its suffix)."""
-    return file_kind(file.path.name, (file.data or b"")[:200].split(b"\n", 1)[0]) or "python"
+    return file_kind(str(file.path), (file.data or b"")[:200].split(b"\n", 1)[0]) or "python"
 
 
 def _readable(path: Path, in_tree: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> bool:
     """A file npu-migrate reads (see file_kind); in a folder's walk, not a .pyi stub (it holds no
     code to run) nor a JSON or YAML file larger than the size limit (data: a dataset's annotations),
     and a file without a suffix only when its shebang says so."""
-    kind = file_kind(path.name, b"")
+    kind = file_kind(str(path), b"")
     if kind == "config" and in_tree:  # a JSON file past the size limit is data, not a config
         try:
             return path.stat().st_size <= max_bytes
@@ -196,7 +202,7 @@ def _readable(path: Path, in_tree: bool = False, max_bytes: int = DEFAULT_MAX_BY
             first = handle.readline(200)
     except OSError:
         return False
-    return file_kind(path.name, first) is not None
+    return file_kind(str(path), first) is not None
 
 
 def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[SourceFile]:

@@ -31,6 +31,15 @@ def test_json_with_tabs_and_escaped_values() -> None:
     assert result.new_source == text.replace('"nccl"', '"hccl"').encode()
 
 
+def test_json_data_with_control_characters_is_read_and_ci_workflows_are_not_configs(tmp_path: Path) -> None:
+    (tmp_path / "chat.json").write_text(json.dumps([{"text": "gpu \x80 text", "device": "cuda"}]))
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "docker.yml").write_text("matrix:\n  - device: cuda\n")
+    report = json.loads(run_cli("scan", ".", "--format", "json", cwd=tmp_path).stdout)
+    assert report["summary"]["errors"] == [] and report["summary"]["files"] == 1
+    assert [(f["file"], f["code"]) for f in report["findings"]] == [("chat.json", "NPU773")]
+
+
 def test_a_config_without_a_rule_key_is_not_parsed_and_a_broken_one_is_named() -> None:
     assert migrate("config", '{"vocab": {"cuda": 1, "nccl": 2}, "broken": ').error is None
     broken = migrate("config", "backend: nccl\n  - oops: [\n")

@@ -5,6 +5,7 @@ line can be and proposed where it cannot, and files without findings left byte-i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from npu_migrate.engine.index import RuleIndex
@@ -92,7 +93,8 @@ def test_requirements_keep_comments_options_and_markers() -> None:
 def test_a_pinned_torch_npu_settles_the_pin_and_unpinned_torch_says_why() -> None:
     assert found(migrate("requirements", "torch==2.4.0\ntorch_npu==2.4.0.post2\n")) == []
     unpinned = migrate("requirements", "torch>=2.1\n").findings[0]
-    assert unpinned.held == "the fix needs $VERSION, which `torch>=2.1` does not give" and not unpinned.applied
+    assert unpinned.held == "the fix needs $VERSION, which `torch>=2.1` does not give"
+    assert not unpinned.applied
 
 
 def test_scripts_report_what_pip_and_conda_install() -> None:
@@ -126,3 +128,11 @@ def test_dependency_files_without_findings_stay_byte_identical(tmp_path: Path) -
     result = run_cli("apply", ".", "--unsafe", "--no-change-list", cwd=tmp_path)
     assert result.returncode == 0, result.stdout
     assert {name: (tmp_path / name).read_bytes().decode() for name in files} == files
+
+
+def test_text_files_in_a_requirements_folder_are_requirements(tmp_path: Path) -> None:
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "quant.txt").write_text("bitsandbytes>=0.39\n")
+    (tmp_path / "notes.txt").write_text("bitsandbytes>=0.39\n")
+    report = json.loads(run_cli("scan", ".", "--format", "json", cwd=tmp_path).stdout)
+    assert [(f["file"], f["code"]) for f in report["findings"]] == [("requirements/quant.txt", "NPU767")]

@@ -48,5 +48,5 @@ def test_the_hooks_take_every_kind_of_file_npu_migrate_reads() -> None:
             name = path.relative_to(repo).as_posix()
             first = path.read_bytes()[:200].split(b"\n", 1)[0]
             taken = bool(files.search(name)) and not prose.search(name)
-            assert taken == (file_kind(path.name, first) is not None), name
+            assert taken == (file_kind(name, first) is not None), name
         assert files.search("tools/launch") and prose.search("LICENSE"), "a script by its shebang, not prose"
