@@ -59,10 +59,10 @@ def _logical_lines(data: bytes) -> list[tuple[int, int]]:
 
 
 def dockerfile_view(data: bytes) -> bytes:
-    """RUN, CMD and ENTRYPOINT in shell form as the commands they run; ENV as assignments (the
-    legacy `ENV KEY value` as `KEY=value`); FROM as a command whose words name the image (its
-    tag says CUDA); every other instruction, exec forms (JSON arrays) and ARG blanked. A heredoc
-    a RUN opens keeps its text up to its terminator."""
+    """RUN, CMD and ENTRYPOINT in shell form as the commands they run; ENV, and ARG with a
+    default, as assignments (the legacy `ENV KEY value` as `KEY=value`); FROM as a command whose
+    words name the image (its tag says CUDA); every other instruction and exec forms (JSON
+    arrays) blanked. A heredoc a RUN opens keeps its text up to its terminator."""
     view = bytearray(_blank(data))
     lines = _logical_lines(data)
     number = 0
@@ -89,7 +89,7 @@ def dockerfile_view(data: bytes) -> bytes:
                         )
                         break
                     view[line_start:line_end] = data[line_start:line_end]
-        elif keyword == b"ENV":
+        elif keyword == b"ENV" or (keyword == b"ARG" and b"=" in text[body:]):
             view[start + body : end] = _env_assignments(text[body:])
         elif keyword == b"FROM":
             view[start:end] = text
