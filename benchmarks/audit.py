@@ -138,7 +138,7 @@ def _string_text(literal: str) -> str | None:
 def tree_traces(root: Path) -> list[Trace]:
     found: list[Trace] = []
     for path in sorted(root.rglob("*")):
-        kind = _text_kind(path.name)
+        kind = _text_kind(path.relative_to(root).as_posix())
         if not path.is_file() or path.is_symlink() or kind is None:
             continue
         source = path.read_bytes().decode("utf-8", errors="replace")
@@ -157,7 +157,11 @@ SHELL_TRACE = re.compile(r"\bnvidia-smi\b|\bnvcc\b|\bCUDA_\w+|\bNCCL_\w+")
 # Files that are not Python, per kind: what a trace is, how a whole-line comment starts, and what
 # is text that steers nothing (a shell's single-quoted string: `echo '$CUDA_VISIBLE_DEVICES'`).
 TEXT_TRACES = {
-    "shell": (re.compile(SHELL_TRACE.pattern + r"|nvidia/cuda|\bcuda(:\d+)?\b"), "#", re.compile(r"'[^']*'")),
+    "shell": (
+        re.compile(SHELL_TRACE.pattern + r"|nvidia/cuda|(?<![\w-])cuda(:\d+)?(?![\w-])"),
+        "#",
+        re.compile(r"'[^']*'"),
+    ),
     "dependencies": (
         re.compile(
             r"(?i)flash[-_]attn|xformers|bitsandbytes|\+cu\d+|/whl/cu\d+|cudatoolkit|pytorch-cuda|"
@@ -176,14 +180,19 @@ NOT_A_USE = re.compile(r"\s*(name\s*=|[\w-]+\s*=\s*\[\s*$)")
 
 
 def _text_kind(name: str) -> str | None:
-    """What the audit reads a file as, by its name (npu-migrate's own classification is not
+    """What the audit reads a file as, by its path in the tree (npu-migrate's own classification is not
     used: the audit must not inherit its blind spots)."""
-    lower = name.lower()
+    lower = Path(name).name.lower()
+    if {".github", ".circleci", ".gitlab"} & set(Path(name).parts):
+        return None  # CI workflows: not the model's configuration (as npu-migrate reads them)
     if lower.endswith((".py", ".ipynb")):
         return "python" if lower.endswith(".py") else "notebook"
     if lower.endswith((".sh", ".bash")) or lower.startswith(("dockerfile", "makefile")):
         return "shell"
-    if re.fullmatch(r".*requirements.*\.(txt|in)|pyproject\.toml|setup\.cfg|environment.*\.ya?ml", lower):
+    in_folder = re.search(r"(^|/)requirements/[^/]+\.(txt|in)$", name)
+    if in_folder or re.fullmatch(
+        r".*requirements.*\.(txt|in)|pyproject\.toml|setup\.cfg|environment.*\.ya?ml", lower
+    ):
         return "dependencies"
     if lower.endswith((".yaml", ".yml", ".json")):
         return "config"
