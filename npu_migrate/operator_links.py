@@ -39,15 +39,11 @@ class _Target:
     cuda: bool
 
 
-def link_operators(outcomes: list[FileOutcome], rules: Callable[[], RuleIndex]) -> list[FileOutcome]:
+def link_operators(outcomes: list[FileOutcome], index: RuleIndex) -> list[FileOutcome]:
     """Each operator's finding says which extension builds it (a .cpp file built with .cu
     sources, or beside them where the build cannot be read, is CUDA code) and where Python calls
-    it; each call gets a finding of its own, saying where the operator is registered. `rules` is
-    called only when some source registers one."""
+    it; each call gets a finding of its own, saying where the operator is registered."""
     natives = [o for o in outcomes if kind_of(o.file) == "native" and o.file.data and o.result.findings]
-    if not natives:
-        return outcomes
-    index = rules()
     targets = _build_targets(outcomes)
     cuda_folders = {o.file.path.parent for o in outcomes if o.file.path.suffix in (".cu", ".cuh")}
     operators = []

@@ -109,11 +109,13 @@ def run_rules(
             results[i] = result
             if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
+    outcomes = [FileOutcome(file, results[i]) for i, file in enumerate(files)]
+    if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
+        return outcomes  # no custom operator to link (and no engine to import on a warm run)
     from npu_migrate.engine.index import RuleIndex
     from npu_migrate.operator_links import link_operators
 
-    outcomes = [FileOutcome(file, results[i]) for i, file in enumerate(files)]
-    return link_operators(outcomes, lambda: RuleIndex(source.rules, source.silenced))
+    return link_operators(outcomes, RuleIndex(source.rules, source.silenced))
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:
