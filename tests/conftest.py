@@ -23,6 +23,14 @@ class Cli:
         return result
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than the CPUs. Most of the suite's time goes to verify's side
+    processes, which wait on each other and on torch's import: a third worker on two cores took
+    the verify tests from 355 s to 313 s (with --dist worksteal)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpus + 1
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The tests' CLI runs cache their results in a folder of their own, never the user's."""
