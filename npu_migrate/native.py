@@ -56,8 +56,8 @@ def migrate_native(
         for r in registrations(data)
     ]
     sites += [Site("kernel", start, end, name) for start, end, name in _kernels(data)]
-    findings, _ = match_sites(data, sorted(sites, key=lambda s: s.start), index, enabled, {"native"})
-    return FileResult(findings=findings)
+    matched = match_sites(data, sorted(sites, key=lambda s: s.start), index, enabled, {"native"})
+    return FileResult(findings=matched.findings, overridden=matched.overridden)
 
 
 def cuda_code(registration: Registration, path: Path | None, data: bytes) -> bool:

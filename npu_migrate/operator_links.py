@@ -117,7 +117,7 @@ def _call_findings(
     ]
     # a Python file's suppression comments hold for these findings too (a notebook's: not yet)
     suppressions = Suppressions.of(data) if kind != "notebook" else Suppressions([])
-    findings, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines, suppressions)
+    findings = match_sites(data, sites, index, frozenset(), {"native"}, lines, suppressions).findings
     return [(at[f.line, f.code], relocate(f)) for f in findings], suppressions
 
 
@@ -158,7 +158,7 @@ def _described(
     lines = Lines(data)
     registered = {(lines.point(op.registration.start)[0], op.registration.name) for op in here}
     kept = [f for f in outcome.result.findings if (f.line, f.code) not in registered]
-    new, _ = match_sites(data, sites, index, frozenset(), {"native"}, lines)
+    new = match_sites(data, sites, index, frozenset(), {"native"}, lines).findings
     return FileOutcome(outcome.file, replace(outcome.result, findings=sorted(kept + new, key=_order)))
 
 

@@ -51,8 +51,7 @@ def migrate_script(
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     sites = [*_sites(tree.root_node, view), *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
-    edits = matched[1]
-    if edits.spans and (refused := _bash_refuses(edits.apply(view))):
+    if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
     return site_result(matched, data, suppressions)
 

@@ -52,3 +52,18 @@ def test_a_script_bash_cannot_parse_is_reported_and_left_alone(tmp_path: Path) -
     result = run_cli("apply", script, "--no-change-list", cwd=tmp_path)
     assert result.returncode == 2 and "not a script bash can parse" in result.stdout
     assert script.read_text() == "export CUDA_VISIBLE_DEVICES=0\nif then fi (\n"
+
+
+def test_a_users_rule_overrides_the_catalogs_in_a_script_and_is_counted(tmp_path: Path) -> None:
+    (tmp_path / "house.yaml").write_text(
+        "category: house\ncodes: ACME1xx\ndescription: Ours.\nrules:\n"
+        "  - code: ACME101\n    name: our-devices\n    summary: Ours.\n"
+        "    why: Our scheduler sets it.\n    message: '`{match}`: the scheduler sets it'\n"
+        "    applicability: manual\n    severity: info\n    match: {shell_env: CUDA_VISIBLE_DEVICES}\n"
+        "    examples: [{flagged: 'echo $CUDA_VISIBLE_DEVICES'}]\n"
+    )
+    (tmp_path / "run.sh").write_text("export CUDA_VISIBLE_DEVICES=0\n")
+    result = run_cli("scan", "run.sh", "--rules", "house.yaml", "--format", "json", cwd=tmp_path)
+    report = json.loads(result.stdout)
+    assert [f["code"] for f in report["findings"]] == ["ACME101"]
+    assert report["summary"]["overridden"] == {"NPU751": 1}

@@ -61,13 +61,22 @@ class Edits:
         return data
 
 
-def site_result(found: tuple[list[Finding], Edits], data: bytes, suppressions: Suppressions) -> FileResult:
-    """A handler's result: its findings, the file with its edits (None: unchanged), and what its
-    suppression comments did."""
-    findings, edits = found
+@dataclass
+class Matched:
+    """What the rules found at a file's sites."""
+
+    findings: list[Finding]
+    edits: Edits
+    overridden: list[str]  # codes of catalog rules a user rule beat at some site
+
+
+def site_result(matched: Matched, data: bytes, suppressions: Suppressions) -> FileResult:
+    """A handler's result: its findings, the file with its edits (None: unchanged), the catalog
+    rules a user's rule overrode, and what its suppression comments did."""
     return FileResult(
-        findings=findings,
-        new_source=edits.apply(data) if edits.spans else None,
+        findings=matched.findings,
+        new_source=matched.edits.apply(data) if matched.edits.spans else None,
+        overridden=matched.overridden,
         suppressed=suppressions.hits,
         unused_suppressions=suppressions.unused(),
     )
@@ -112,7 +121,7 @@ def match_sites(
     contents: Collection[str],
     lines: Lines | None = None,
     suppressions: Suppressions | None = None,
-) -> tuple[list[Finding], Edits]:
+) -> Matched:
     """The findings of the rules of these contents (a script's shell and the requirements its
     pip installs) at these sites, and the edits of those applied. A site's text is edited where
     its rule's fix applies and nothing holds it back."""
@@ -120,11 +129,15 @@ def match_sites(
     lines = lines or Lines(data)
     findings: list[Finding] = []
     edits = Edits()
+    overridden: list[str] = []
     for site in sites:
         matching = [r for r in rules if kind_of(r.match).hit(r.match, site)]
         if not matching:
             continue
         rule = winner(matching)
+        catalog = [r for r in matching if r.builtin]
+        if not rule.builtin and catalog:  # the catalog's finding a user's rule replaced
+            overridden.append(winner(catalog).code)
         if rule.code in index.silenced:  # the configuration leaves it out: neither reported nor fixed
             continue
         fixed, held = _fix(rule, site)
@@ -153,4 +166,4 @@ def match_sites(
         elif applied and fixed is not None:
             edits.spans.append((site.start, site.end, fixed.encode()))
     findings.sort(key=lambda f: (f.line, f.column, f.rule.code))
-    return findings, edits
+    return Matched(findings, edits, overridden)
