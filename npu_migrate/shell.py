@@ -79,9 +79,8 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
         if name is not None:
             yield _site(name, data, "variable")
         value = node.children[-1] if node.type == "variable_assignment" else None
-        inner = _literal(value) if value is not None and value is not name else None
-        if inner is not None:  # an assigned value is a word as well (IMAGE=nvidia/cuda:12.1)
-            yield _site(inner, data, "word")
+        if value is not None and value is not name:  # a value is a word too (IMAGE=nvidia/cuda:12.1)
+            yield from _word(value, data)
     elif node.type in ("declaration_command", "unset_command"):  # `export NAME`, `unset NAME`
         yield from (_site(c, data, "variable") for c in node.children if c.type == "variable_name")
     elif node.type == "command":
@@ -90,12 +89,17 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
             arguments = [c for c in node.children if c.start_byte >= name.end_byte and c.type != "comment"]
             given = [a for a in arguments if not a.type.endswith("redirect")]
             yield _site(name, data, "command", held=PLAIN_ONLY if given else None)
-            for argument in given:  # a word, or a double-quoted string's only, literal content
-                inner = _literal(argument)
-                if inner is not None:
-                    yield _site(inner, data, "word")
+            for argument in given:
+                yield from _word(argument, data)
     for child in node.children:
         yield from _sites(child, data)
+
+
+def _word(node: Any, data: bytes) -> Iterator[Site]:
+    """A word site for an argument or value whose text is literal (see _spelled)."""
+    spelled = _spelled(node, data)
+    if spelled is not None:
+        yield Site("word", *spelled)
 
 
 _INSTALLERS = (
@@ -157,8 +161,8 @@ def _install_arguments(words: list[tuple[int, int, str] | None], conda: bool) ->
 
 
 def _spelled(node: Any, data: bytes) -> tuple[int, int, str] | None:
-    """A word's literal text and where it is: a word, or the content of a quoted string that holds
-    nothing else (single quotes too: what is between them is the text); None for anything else."""
+    """An argument's literal text and where it is: a word, the content of a double-quoted string
+    that holds nothing else (no expansion), or what is between single quotes; None otherwise."""
     if node.type == "command_name":
         node = node.children[0]
     if node.type == "raw_string":
@@ -173,8 +177,7 @@ def _spelled(node: Any, data: bytes) -> tuple[int, int, str] | None:
 
 def _literal(argument: Any) -> Any:
     """The node of an argument's literal text: a word, or a double-quoted string's content when
-    that is all it holds (single-quoted strings are left alone: a raw string's text has no node
-    of its own)."""
+    that is all it holds."""
     if argument.type == "word":
         return argument
     if argument.type == "string":
