@@ -52,6 +52,8 @@ def migrate_requirements(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
     """A pip requirements file: one requirement, option or link per line."""
+    if (undecodable := _undecodable(data)) is not None:
+        return undecodable
     return _migrate(data, list(_requirements_lines(data)), index, enabled, None)
 
 
@@ -87,7 +89,19 @@ def migrate_setup_py(
 def migrate_setup_cfg(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
+    if (undecodable := _undecodable(data)) is not None:
+        return undecodable
     return _migrate(data, list(_setup_cfg_requirements(data)), index, enabled, NOT_LINES, Suppressions([]))
+
+
+def _undecodable(data: bytes) -> FileResult | None:
+    """The error of a file that is not UTF-8 (its offsets could not be trusted), else None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return FileResult(error=f"line {line}: cannot decode as utf-8")
+    return None
 
 
 def migrate_conda(
@@ -172,7 +186,7 @@ def _exact(version: str, conda: bool) -> str | None:
 def _requirements_lines(data: bytes) -> Iterator[Found]:
     """Each requirement and each index option or link of a requirements file, where it is."""
     offset = 0
-    for raw in data.decode("utf-8", errors="replace").splitlines(keepends=True):
+    for raw in data.decode("utf-8").splitlines(keepends=True):
         line = raw.rstrip("\r\n")
         start = offset
         offset += len(raw.encode())
@@ -286,7 +300,7 @@ def _setup_cfg_requirements(data: bytes) -> Iterator[Found]:
     """Requirements of setup.cfg's `[options]` *_requires keys and `[options.extras_require]`:
     the value after `=` and its indented continuation lines, one requirement each."""
     section, listing, offset = "", False, 0
-    for raw in data.decode("utf-8", errors="replace").splitlines(keepends=True):
+    for raw in data.decode("utf-8").splitlines(keepends=True):
         start, line = offset, raw.rstrip("\r\n")
         offset += len(raw.encode())
         if line.startswith("["):

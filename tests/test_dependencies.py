@@ -136,3 +136,11 @@ def test_text_files_in_a_requirements_folder_are_requirements(tmp_path: Path) ->
     (tmp_path / "notes.txt").write_text("bitsandbytes>=0.39\n")
     report = json.loads(run_cli("scan", ".", "--format", "json", cwd=tmp_path).stdout)
     assert [(f["file"], f["code"]) for f in report["findings"]] == [("requirements/quant.txt", "NPU767")]
+
+
+def test_a_requirements_file_that_is_not_utf8_is_named_and_left_alone(tmp_path: Path) -> None:
+    latin1 = "# d\xe9pendances\ntorch==2.1.0\n".encode("latin-1")
+    (tmp_path / "requirements.txt").write_bytes(latin1)
+    result = run_cli("apply", ".", "--no-change-list", cwd=tmp_path)
+    assert result.returncode == 2 and "requirements.txt: line 1: cannot decode as utf-8" in result.stdout
+    assert (tmp_path / "requirements.txt").read_bytes() == latin1
