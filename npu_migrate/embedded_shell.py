@@ -39,12 +39,6 @@ def _blank(text: bytes) -> bytes:
     return re.sub(rb"[^\n]", b" ", text)
 
 
-def _filler(text: bytes) -> bytes:
-    """A value bash reads as one plain word (an empty one followed by spaces trips tree-sitter's
-    bash grammar into reading the next lines as the same command)."""
-    return re.sub(rb"[^\n]", b"_", text.rstrip(b"\r\n")) + text[len(text.rstrip(b"\r\n")) :]
-
-
 def _logical_lines(data: bytes) -> list[tuple[int, int]]:
     """(start, end) of each line, a line that ends in a backslash joined with the next."""
     spans, start = [], 0
@@ -98,10 +92,10 @@ def dockerfile_view(data: bytes) -> bytes:
 
 def _env_assignments(body: bytes) -> bytes:
     """`KEY=value ...` as it is; the legacy `KEY value` with the space after KEY read as `=`,
-    and its value, which may hold spaces unquoted, read as one word."""
+    and its value, which may hold spaces unquoted, blanked."""
     legacy = re.match(rb"([A-Za-z_][A-Za-z0-9_]*)([ \t]+)", body)
     if legacy and b"=" not in body[: legacy.end()]:
-        return legacy[1] + b"=" + _filler(body[legacy.end(1) + 1 :])
+        return legacy[1] + b"=" + _blank(body[legacy.end(1) + 1 :])
     return body
 
 
@@ -109,7 +103,7 @@ def makefile_view(data: bytes) -> bytes:
     """Recipe lines (a tab first) as shell, make's `$$` read as the shell's `$` and its variable
     references `$(NAME)` as the shell's `${NAME}` (a variable renamed where it is set is renamed
     where it is read); variable assignments and `export NAME` lines as assignments, their values
-    one word but for the variables they read; rules, directives and comments blanked."""
+    blanked but for the variables they read; rules, directives and comments blanked."""
     view = bytearray(_blank(data))
     for start, end in _logical_lines(data):
         text = data[start:end]
@@ -121,7 +115,7 @@ def makefile_view(data: bytes) -> bytes:
         assignment = _MAKE_ASSIGNMENT.match(text)
         if assignment:
             name_start, name_end = assignment.span(2)
-            value = bytearray(_filler(text[name_end + 1 :]))
+            value = bytearray(_blank(text[name_end + 1 :]))
             for reference in _MAKE_REFERENCE.finditer(text, assignment.end()):
                 at = reference.start() - name_end - 1
                 value[at : at + len(reference[0])] = b"${%s}" % reference[1]
