@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npu_migrate.discover import kind_of
+from npu_migrate.engine.names import ImportTable
 from npu_migrate.engine.sites import Lines, Site, match_sites
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import FileOutcome, Finding, ModulePath
@@ -212,7 +213,7 @@ def _calls(
         tree = ast.parse(data)
     except (SyntaxError, ValueError):
         return []
-    aliases = _imported(tree, module)
+    table = ImportTable.of_ast(tree, module)
     lines = [0]
     for line in data.splitlines(keepends=True):
         lines.append(lines[-1] + len(line))
@@ -220,7 +221,7 @@ def _calls(
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        reached = _reached(node.func, aliases)
+        reached = _reached(node.func, table)
         for operator in wanted:
             if reached == _reach(operator):
                 assert node.func.end_lineno is not None and node.func.end_col_offset is not None
@@ -238,37 +239,14 @@ def _reach(operator: _Operator) -> str:
     return f"{operator.module}.{registration.name}"
 
 
-def _imported(tree: ast.Module, module: ModulePath) -> dict[str, str]:
-    """Local name -> the qualified name it is bound to by the file's imports."""
-    bound: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    bound[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    bound[head] = head
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = module.package.split(".") if module.package else []
-                parts = parts[: len(parts) - node.level + 1] if node.level > 1 else parts
-                base = ".".join([*parts, *([base] if base else [])])
-            for alias in node.names:
-                bound[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
-    return bound
-
-
-def _reached(func: ast.expr, aliases: dict[str, str]) -> str:
-    """The qualified name a call's function spells (`_C.fused_gelu` -> `fastops._C.fused_gelu`;
-    a `.default` overload of a torch.ops operator is the operator)."""
+def _reached(func: ast.expr, table: ImportTable) -> str | None:
+    """The qualified name a call's function spells through the file's imports (`_C.fused_gelu`
+    -> `fastops._C.fused_gelu`; a `.default` overload of a torch.ops operator is the operator)."""
     parts = []
     while isinstance(func, ast.Attribute):
         parts.append(func.attr)
         func = func.value
     if not isinstance(func, ast.Name):
-        return ""
-    parts.append(aliases.get(func.id, func.id))
-    dotted = ".".join(reversed(parts))
-    return dotted.removesuffix(".default") if dotted.startswith("torch.ops.") else dotted
+        return None
+    dotted = table.qualify([func.id, *reversed(parts)])
+    return dotted.removesuffix(".default") if dotted and dotted.startswith("torch.ops.") else dotted
