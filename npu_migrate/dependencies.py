@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from npu_migrate.configs import LOADER, spelled
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds.dependency import normalized
+from npu_migrate.engine.regions import byte_span, byte_starts
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
@@ -257,10 +258,7 @@ def _setup_py_requirements(data: bytes) -> Iterator[Found]:
         tree = ast.parse(data)
     except (SyntaxError, ValueError):
         return
-    lines = data.splitlines(keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+    starts = byte_starts(data)
     bound = {
         target.id: node.value
         for node in tree.body
@@ -272,9 +270,7 @@ def _setup_py_requirements(data: bytes) -> Iterator[Found]:
         if isinstance(node, ast.keyword) and node.arg in _SETUP_KEYWORDS:
             value = bound.get(node.value.id, node.value) if isinstance(node.value, ast.Name) else node.value
             for string in _strings(value, bound):
-                assert string.end_lineno is not None and string.end_col_offset is not None
-                start = starts[string.lineno - 1] + string.col_offset
-                end = starts[string.end_lineno - 1] + string.end_col_offset
+                start, end = byte_span(string, starts)
                 raw = data[start:end].decode("utf-8", errors="replace")
                 quote = re.match(r"(\"\"\"|'''|\"|')", raw)
                 plain = quote is not None and raw[len(quote[0]) : -len(quote[0])] == string.value

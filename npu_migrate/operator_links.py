@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.discover import kind_of
 from npu_migrate.engine.names import ImportTable
+from npu_migrate.engine.regions import byte_span, byte_starts
 from npu_migrate.engine.sites import Lines, Site, match_sites
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import FileOutcome, Finding, ModulePath
@@ -214,9 +215,7 @@ def _calls(
     except (SyntaxError, ValueError):
         return []
     table = ImportTable.of_ast(tree, module)
-    lines = [0]
-    for line in data.splitlines(keepends=True):
-        lines.append(lines[-1] + len(line))
+    starts = byte_starts(data)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -224,10 +223,7 @@ def _calls(
         reached = _reached(node.func, table)
         for operator in wanted:
             if reached == _reach(operator):
-                assert node.func.end_lineno is not None and node.func.end_col_offset is not None
-                start = lines[node.func.lineno - 1] + node.func.col_offset
-                end = lines[node.func.end_lineno - 1] + node.func.end_col_offset
-                found.append((operator, start, end))
+                found.append((operator, *byte_span(node.func, starts)))
     return found
 
 

@@ -272,6 +272,18 @@ def line_starts(lines: list[str]) -> list[int]:
     return list(accumulate(map(len, lines), initial=0))
 
 
+def byte_starts(source: bytes) -> list[int]:
+    """The byte offset at which each line of a Python file starts, its lines counted as the
+    stdlib's parser counts them (for byte_span)."""
+    return line_starts(split_lines(source.decode("latin-1")))  # latin-1: one character per byte
+
+
+def byte_span(node: ast.expr, starts: list[int]) -> tuple[int, int]:
+    """Where a stdlib-parsed expression is in its file's bytes (its columns are UTF-8 bytes)."""
+    assert node.end_lineno is not None and node.end_col_offset is not None
+    return starts[node.lineno - 1] + node.col_offset, starts[node.end_lineno - 1] + node.end_col_offset
+
+
 def split_lines(text: str) -> list[str]:
     """The lines of a source, each with its line break, as Python numbers them (str.splitlines
     also breaks at form feeds and other characters that Python does not count)."""
