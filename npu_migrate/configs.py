@@ -59,7 +59,7 @@ def migrate_config(
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return FileResult(error=f"cannot decode as utf-8: {exc.reason}")
+        return FileResult.undecodable(data, exc)
     if not any(found(setting, text) for setting in settings):
         return FileResult()
     try:

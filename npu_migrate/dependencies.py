@@ -63,7 +63,9 @@ def migrate_pyproject(
 ) -> FileResult:
     try:
         document = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        return FileResult.undecodable(data, exc)
+    except tomllib.TOMLDecodeError as exc:
         return FileResult(error=f"not TOML: {exc}")
     return _migrate(data, _located(data, _pyproject_strings(document)), index, enabled, NOT_LINES)
 
@@ -100,8 +102,7 @@ def _undecodable(data: bytes) -> FileResult | None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        return FileResult(error=f"line {line}: cannot decode as utf-8")
+        return FileResult.undecodable(data, exc)
     return None
 
 
@@ -111,7 +112,9 @@ def migrate_conda(
     """A conda environment file: its channels, its conda packages and its `pip:` requirements."""
     try:
         found = list(_conda_entries(data.decode("utf-8")))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+    except UnicodeDecodeError as exc:
+        return FileResult.undecodable(data, exc)
+    except yaml.YAMLError as exc:
         return FileResult(error=f"not YAML: {str(exc).splitlines()[0]}")
     return _migrate(data, found, index, enabled, CONDA)
 

@@ -91,6 +91,12 @@ class FileResult:
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # set when the file could not be parsed
 
+    @classmethod
+    def undecodable(cls, data: bytes, exc: UnicodeDecodeError) -> FileResult:
+        """A file that does not decode, left alone: the line it fails at, and why."""
+        line = data.count(b"\n", 0, exc.start) + 1
+        return cls(error=f"line {line}: cannot decode as {exc.encoding}: {exc.reason}")
+
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for the result cache); `from_json` reads it back unchanged."""
         data = asdict(self)

@@ -143,8 +143,7 @@ def migrate_whole(
     except cst.ParserSyntaxError as exc:
         return FileResult(error=_syntax_error(source, exc))
     except UnicodeDecodeError as exc:
-        line = source.count(b"\n", 0, exc.start) + 1
-        return FileResult(error=f"line {line}: cannot decode as {exc.encoding}: {exc.reason}")
+        return FileResult.undecodable(source, exc)
     except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
     table = ImportTable.of(module, where)
