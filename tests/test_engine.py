@@ -223,10 +223,32 @@ def test_relative_imports_outside_a_known_package_are_left_alone() -> None:
 
 
 def test_a_renamed_import_stays_bound_for_a_use_whose_fix_is_held() -> None:
-    """The use inside an if/elif chain that already handles the NPU keeps the old name, so the
-    import must keep binding it (before, it was renamed away: a NameError at that line)."""
+    """The use that guards CUDA-only code keeps the old name, so the import must keep binding it
+    (before, it was renamed away: a NameError at that line)."""
     code = (
+        "import torch\n"
         "from transformers.utils import is_torch_cuda_available\n"
+        "def capability():\n"
+        "    if is_torch_cuda_available():\n"
+        "        return torch.cuda.get_device_capability()\n"
+        "def other():\n"
+        "    return is_torch_cuda_available()\n"
+    )
+    new, labels = migrate_in("", code)
+    assert new == code.replace(
+        "import is_torch_cuda_available\n", "import is_torch_cuda_available, is_torch_npu_available\n"
+    ).replace("return is_torch_cuda_available()", "return is_torch_npu_available()")
+    assert labels == ["2:NPU114:applied", "4:NPU114:held", "5:NPU106:report", "7:NPU114:applied"]
+    again, labels = migrate_in("", new)  # a scan of the migrated file: the import is held too
+    assert again == new
+    assert labels == ["2:NPU114:held", "4:NPU114:held", "5:NPU106:report"]
+
+
+def test_a_file_that_keeps_a_path_for_the_npu_is_left_dual() -> None:
+    """transformers-style code that asks is_torch_npu_available() beside CUDA: a rewrite for the
+    NPU would break its GPU path (`other()` would answer False on a GPU host)."""
+    code = (
+        "from transformers.utils import is_torch_cuda_available, is_torch_npu_available\n"
         "def pick():\n"
         "    if is_torch_cuda_available():\n"
         '        return "a"\n'
@@ -236,13 +258,8 @@ def test_a_renamed_import_stays_bound_for_a_use_whose_fix_is_held() -> None:
         "    return is_torch_cuda_available()\n"
     )
     new, labels = migrate_in("", code)
-    assert new == code.replace(
-        "import is_torch_cuda_available\n", "import is_torch_cuda_available, is_torch_npu_available\n"
-    ).replace("return is_torch_cuda_available()", "return is_torch_npu_available()")
-    assert labels == ["1:NPU114:applied", "3:NPU114:held", "8:NPU114:applied"]
-    again, labels = migrate_in("", new)  # a scan of the migrated file: the import is held too
-    assert again == new
-    assert labels == ["1:NPU114:held", "3:NPU114:held"]
+    assert new == code
+    assert labels == ["1:NPU114:held", "3:NPU114:held", "8:NPU114:held"]
 
 
 def test_an_imported_name_the_file_only_re_exports_is_left_as_it_is() -> None:
@@ -275,8 +292,8 @@ def test_a_renamed_import_keeps_the_statements_layout() -> None:
     )
     assert migrate(code) == code.replace("cuda", "npu")
     held = (
-        "from transformers.utils import (\n    is_torch_cuda_available,\n)\n"
-        "if is_torch_cuda_available():\n    a = 1\nelif is_torch_npu_available():\n    a = 2\n"
+        "from transformers.utils import (\n    is_torch_cuda_available,\n)\nimport torch\n"
+        "if is_torch_cuda_available():\n    a = torch.cuda.get_device_capability()\n"
         "b = is_torch_cuda_available()\n"
     )
     assert migrate(held).startswith(

@@ -13,9 +13,11 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.facts import Facts
-from npu_migrate.engine.holds import guard_test, subtree
+from npu_migrate.engine.guards import Site
+from npu_migrate.engine.holds import NPU_AWARE, subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts
+from npu_migrate.engine.program import Program, Span
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import Applicability, Finding, Severity
 from npu_migrate.rules.precedence import compare
@@ -64,8 +66,12 @@ class FileContext:
         suppressions: Suppressions | None = None,
         spans: Mapping[cst.CSTNode, CodeRange] | None = None,
         silenced: frozenset[str] = frozenset(),
+        program: Program | None = None,
+        decided: Mapping[tuple[cst.CSTNode, str], str] | None = None,
     ) -> None:
         self.module = module
+        self.program = program or Program()
+        self.decided = decided or {}  # (node, rule code) -> why the program model holds its fix
         self.silenced = silenced
         self.suppressions = suppressions
         self.spans = spans or {}  # where each node is, where the file has suppressions
@@ -101,6 +107,26 @@ class FileContext:
                 self.overridden.append(beaten.rule.code)
             winners.append(ranked[0])
         return sorted(winners, key=cmp_to_key(compare))
+
+    def hold(self, node: cst.CSTNode, rule: Rule) -> str | None:
+        """Why the code around `node` holds this rule's fix back (engine.guards decided it, the
+        file already keeps a path for the NPU, or its words rule the fix out), or None."""
+        decided = self.decided.get((node, rule.code))
+        if decided is not None:
+            return decided
+        if self.program.dual_path is not None:
+            return (
+                f"{NPU_AWARE}: this file keeps a path for the NPU beside CUDA ({self.program.dual_path}); "
+                "rewritten for the NPU, its GPU path would break: make it device-neutral or leave it"
+            )
+        return self.file_hold(rule)
+
+    def sites(self, spans: Sequence[Span]) -> list[Site]:
+        """The matches as engine.guards sees them, at `spans` (one per match, in the file)."""
+        return [
+            Site(span, m.code, m.candidate.rule.code, self._fixes(m), self._leaves_cuda(m), self._severe(m))
+            for m, span in zip(self.matches, spans, strict=True)
+        ]
 
     def file_hold(self, rule: Rule) -> str | None:
         """Why the file's words hold this rule's fix back (Rule.hold_in_files_with), or None."""
@@ -151,34 +177,6 @@ class FileContext:
             )
         )
 
-    def hold_guard(self, original: cst.CSTNode, updated: cst.CSTNode, start: int) -> cst.CSTNode:
-        """A guard (engine.holds.guard_test) whose test a fix rewrites, over code that keeps
-        CUDA-only code: the test is put back as it was and its fixes are held."""
-        test = guard_test(original)
-        if test is None or not self.hold_test(test, start, len(self.matches), self.matches[start:]):
-            return updated
-        if isinstance(updated, cst.BooleanOperation) and isinstance(original, cst.BooleanOperation):
-            return updated.with_changes(left=original.left)
-        return updated.with_changes(test=test)
-
-    def hold_test(self, test: cst.CSTNode, start: int, end: int, guarded: Sequence[Match]) -> bool:
-        """Hold the fixes of the matches[start:end] inside `test` when `guarded` (matches in the
-        test aside) keeps CUDA code; whether it did (the caller then puts the test back)."""
-        fixable = [i for i in range(start, end) if self._fixes(self.matches[i])]
-        leaving = [m for m in guarded if self._leaves_cuda(m)]
-        if not fixable or not leaving:
-            return False  # most guards: no walk of the test needed
-        in_test = {id(n) for n in subtree(test)}
-        fixed = [i for i in fixable if id(self.matches[i].node) in in_test]
-        left = next((m for m in leaving if id(m.node) not in in_test), None)
-        if not fixed or left is None:
-            return False
-        what = left.code.splitlines()[0] if left.code else ""
-        held = f"it guards `{what}` ({left.candidate.rule.code}), which stays CUDA code: migrate that first"
-        for i in fixed:
-            self.matches[i] = replace(self.matches[i], applied=False, replacement=None, held=held)
-        return True
-
     def bindings_to_keep(self) -> ImportPlan | None:
         """The plan again, where an imported local that a rename gives a new name must stay
         bound: some use of it keeps the old name (its fix is held, or not part of the run), or
@@ -206,10 +204,13 @@ class FileContext:
     def _leaves_cuda(self, match: Match) -> bool:
         """Whether a match stays CUDA code that fails on an NPU after the run: held, or needing
         work that no fix of the run does (notes, and code harmless on an NPU, are no such work)."""
+        return self._severe(match) and (bool(match.held) or not self._fixes(match))
+
+    @staticmethod
+    def _severe(match: Match) -> bool:
+        """Whether the match, left as it is, fails on an NPU (not a note, not harmless there)."""
         rule = match.candidate.rule
-        if rule.severity is Severity.info or rule.harmless_on_npu:
-            return False
-        return bool(match.held) or not self._fixes(match)
+        return rule.severity is not Severity.info and not rule.harmless_on_npu
 
     @property
     def needed_imports(self) -> list[str]:

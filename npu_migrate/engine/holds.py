@@ -25,8 +25,6 @@ NPU_AWARE = "already handles the NPU"
 # Node types whose NPU awareness is decided when the walk enters them (exact types: the walk
 # tests every node, and a set lookup is cheaper than isinstance).
 ZONE_TYPES = frozenset({cst.If, cst.IfExp, cst.Dict, cst.Try})
-# Node types that guard code: (the guard, the guarded code).
-GUARD_TYPES = frozenset({cst.If, cst.IfExp, cst.While, cst.BooleanOperation})
 
 
 def names_npu(text: str) -> bool:
@@ -46,27 +44,6 @@ def npu_zone(node: cst.CSTNode) -> str | None:
     if isinstance(node, cst.Try) and any(_imports_torch_npu(s) for s in node.body.body):
         return f"{NPU_AWARE}: this try imports torch_npu; its handlers run only without it"
     return None
-
-
-def guard_test(node: cst.CSTNode) -> cst.CSTNode | None:
-    """The test of a guarding node (what follows it, or its `and`'s right side, is what it
-    guards); None for `or` and other nodes."""
-    if isinstance(node, cst.If | cst.IfExp | cst.While):
-        return node.test
-    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-        return node.left
-    return None
-
-
-def exits_early(node: cst.CSTNode) -> bool:
-    """An `if` with no else whose body always leaves the block (`if not ok: return`): the rest
-    of the block is what it guards."""
-    if not isinstance(node, cst.If) or node.orelse is not None:
-        return False
-    last = node.body.body[-1] if node.body.body else None  # a statement, or a small one after `:`
-    if isinstance(last, cst.SimpleStatementLine):
-        last = last.body[-1] if last.body else None
-    return isinstance(last, cst.Return | cst.Raise | cst.Continue | cst.Break)
 
 
 def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -4,9 +4,10 @@ Every match spells one of its rule's anchors: a name's last component or a local
 method or attribute name, a string a string rule's regex starts. So only the statements around
 the lines with an anchor need the concrete syntax tree, and the stdlib parser (about ten times
 faster than libcst's) finds those statements: the innermost statement around each anchor line
-(only the header of a compound statement, when the anchor is in its header, unless the statement
-is an `if` or `while` whose guarded code engine.holds must see), or the innermost function for
-rules that look at a whole function (data-flow guards, whole-`def` patterns).
+(only the header of a compound statement, when the anchor is in its header; a `match` statement
+whole), or the innermost function for rules that look at a whole function (whole-`def`
+patterns). What a guard decides on is the program model's business (engine.program): it reads
+the whole file with the stdlib parser, so the regions need not hold it.
 
 The regions of a file, and all its import statements, are put together into one small module,
 each region framed by `if 1:` when indented so that its lines keep their text and columns; the
@@ -332,7 +333,7 @@ def _around(
     body: list[ast.stmt], line: int, lines: list[str], function: tuple[int, int] | None
 ) -> tuple[int, int, bool] | None:
     """The region around `line` in `body`: the innermost statement (its header only, when the
-    line is in the header of a statement that guards nothing), or with `function` set, the
+    line is in the header of a compound statement other than `match`), or with `function` set, the
     innermost function. None when the line is not inside a statement of `body` that can stand
     alone."""
     for statement in body:
@@ -355,8 +356,6 @@ def _around(
             return (*function, False)
         if not alone:
             return None  # in an `elif` header: only the whole `if` stands alone
-        if function is None and _exits_early(statement) and line < _span(blocks[0][0])[0]:
-            return (first, _span(body[-1])[1], False)  # it guards the rest of its block
         if blocks and function is None and not isinstance(statement, _READ_WHOLE):
             body_first = _span(blocks[0][0])[0]
             if line < body_first and _starts_line(lines, blocks[0][0]):
@@ -365,9 +364,9 @@ def _around(
     return None
 
 
-# Statements read whole when an anchor is in their header: a guard with the code it guards
-# (engine.holds), a match statement with its cases (a case pattern heads no statement).
-_READ_WHOLE = (ast.If, ast.While, ast.Match)
+# Statements read whole when an anchor is in their header: a match statement with its cases (a
+# case pattern heads no statement).
+_READ_WHOLE = (ast.Match,)
 
 
 def _handles_npu(statement: ast.stmt) -> bool:
@@ -392,15 +391,6 @@ def _names_npu(node: ast.AST) -> bool:
             if isinstance(text, str) and names_npu(text):
                 return True
     return False
-
-
-def _exits_early(statement: ast.stmt) -> bool:
-    """An `if` with no else whose body always leaves the block (engine.holds.exits_early)."""
-    return (
-        isinstance(statement, ast.If)
-        and not statement.orelse
-        and isinstance(statement.body[-1], ast.Return | ast.Raise | ast.Continue | ast.Break)
-    )
 
 
 def _starts_line(lines: list[str], statement: ast.stmt) -> bool:

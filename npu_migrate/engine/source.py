@@ -13,17 +13,19 @@ import re
 import sys
 import tokenize
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 
 import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.context import FileContext, Match
+from npu_migrate.engine.guards import guard_holds
 from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
+from npu_migrate.engine.program import Program, Span
 from npu_migrate.engine.regions import (
     TOP_LEVEL_DEFINITION,
     Placed,
@@ -115,7 +117,17 @@ def scan_regions(
         module = cst.parse_module(code)
     except cst.ParserSyntaxError:
         return None
-    ctx = _match(module, table, index.names.plan(table), index, enabled, counts)
+    program = _program(text, tree)
+    ctx = _match(
+        module,
+        table,
+        index.names.plan(table),
+        index,
+        enabled,
+        counts,
+        program,
+        lambda line: file_line(placed, line),
+    )
     matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
     spans = positions(module, [m.node for m in matches])
     findings = [_placed(m.at(spans), placed) for m in matches]
@@ -150,7 +162,11 @@ def migrate_whole(
     words = word_counts(source.decode("latin-1")) if words is None else words
     suppressions = Suppressions.of(source) if MARKER in source else None
     spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
-    ctx = _match(module, table, index.names.plan(table), index, enabled, words, suppressions, spans_before)
+    program = _program(_text(source))
+    plan = index.names.plan(table)
+    ctx = _match(
+        module, table, plan, index, enabled, words, program, suppressions=suppressions, spans=spans_before
+    )
     rewritten = ctx.rewritten
     result = FileResult(
         overridden=ctx.overridden,
@@ -194,18 +210,53 @@ def _match(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     words: Collection[str],
+    program: Program,
+    place: Callable[[int], int] = lambda line: line,
     suppressions: Suppressions | None = None,
     spans: Mapping[cst.CSTNode, CodeRange] | None = None,
 ) -> FileContext:
-    """The one pass over a module (a whole file or its regions; `words`: the whole file's): the
-    context holds what it found."""
-    ctx = FileContext(module, table, plan, enabled, words, suppressions, spans, index.silenced)
-    ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
-    ctx.drop_unaccompanied()
-    kept = ctx.bindings_to_keep()
-    if kept is not None:  # rare: a renamed import keeps its old name; the pass runs again knowing it
-        return _match(module, table, kept, index, enabled, words, suppressions, spans)
-    return ctx
+    """The one pass over a module (a whole file or its regions; `words`: the whole file's;
+    `place`: a line of the module -> the file's line): the context holds what it found. The pass
+    runs again, knowing more, where a renamed import must keep its old name or the program model
+    holds a fix back (rare)."""
+    decided: dict[tuple[cst.CSTNode, str], str] = {}
+    while True:
+        ctx = FileContext(
+            module, table, plan, enabled, words, suppressions, spans, index.silenced, program, decided
+        )
+        ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
+        ctx.drop_unaccompanied()
+        kept = ctx.bindings_to_keep()
+        if kept is not None:
+            plan = kept
+            continue
+        where = positions(module, [m.node for m in ctx.matches])
+        sites = ctx.sites([_span(where[m.node], place) for m in ctx.matches])
+        more = {
+            (ctx.matches[i].node, ctx.matches[i].candidate.rule.code): why
+            for i, why in guard_holds(sites, program).items()
+        }
+        if not more:
+            return ctx
+        decided |= more
+
+
+def _span(where: CodeRange, place: Callable[[int], int]) -> Span:
+    return Span((place(where.start.line), where.start.column), (place(where.end.line), where.end.column))
+
+
+def _program(text: str, tree: ast.Module | None = None) -> Program:
+    """The program model of a file (an empty one where the stdlib parser cannot read it)."""
+    try:
+        return Program.of(tree or stdlib_parse(text), split_lines(text))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return Program()
+
+
+def _text(source: bytes) -> str:
+    """The file's text (libcst has read it, so its encoding is known to decode it)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    return source.decode(encoding)
 
 
 def _placed(finding: Finding, placed: list[Placed]) -> Finding:

@@ -11,7 +11,7 @@ from typing import cast
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext
-from npu_migrate.engine.holds import GUARD_TYPES, ZONE_TYPES, exits_early, npu_zone
+from npu_migrate.engine.holds import ZONE_TYPES, npu_zone
 from npu_migrate.engine.kinds.base import Candidate, Hoist, LeaveHook, Matcher, VisitHook, hooks_of
 
 Block = cst.IndentedBlock | cst.Module
@@ -35,8 +35,6 @@ class Transformer(cst.CSTTransformer):
             for node_type, leave in leaves.items():
                 self.leaves[node_type].append((matcher, leave))
         self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
-        self.guard_starts: dict[cst.CSTNode, int] = {}  # a guarding node -> matches before it
-        self.early_exits: dict[cst.CSTNode, tuple[int, int]] = {}  # `if ...: return` -> its matches
         # An earlier line -> the hoists (by name) that applied fixes put before it.
         self.hoists: dict[cst.CSTNode, dict[str, Hoist]] = {}
 
@@ -53,8 +51,6 @@ class Transformer(cst.CSTTransformer):
             why = npu_zone(node)
             if why is not None:
                 self.zones.append((node, why))
-        if type(node) in GUARD_TYPES:
-            self.guard_starts[node] = len(self.ctx.matches)
         descend = True
         for hook in self.visits.get(type(node), ()):
             if hook(node) is False:
@@ -70,35 +66,11 @@ class Transformer(cst.CSTTransformer):
             fact(original_node)
         leaves = self.leaves.get(kind)
         result = self._settle(original_node, updated_node, leaves) if leaves else updated_node
-        if kind in GUARD_TYPES and isinstance(result, cst.CSTNode):
-            start = self.guard_starts.pop(original_node)
-            result = self.ctx.hold_guard(original_node, result, start)
-            if exits_early(original_node):
-                self.early_exits[original_node] = (start, len(self.ctx.matches))
-        if self.early_exits and kind in BLOCK_TYPES:
-            result = self._hold_early_exits(original_node, result)  # type: ignore[arg-type]
         if self.hoists and kind in BLOCK_TYPES:
             result = self._place_hoists(original_node, result)  # type: ignore[arg-type]
         if self.zones and self.zones[-1][0] is original_node:
             self.zones.pop()
         return result
-
-    def _hold_early_exits(self, original: cst.CSTNode, updated: Block) -> Block:
-        """`if not torch.cuda.is_available(): return` guards the rest of its block: where that
-        keeps CUDA code, the test stays as it was."""
-        if not isinstance(original, cst.IndentedBlock | cst.Module) or len(original.body) != len(
-            updated.body
-        ):
-            return updated
-        body = list(updated.body)
-        for i, statement in enumerate(original.body):
-            span = self.early_exits.pop(statement, None)
-            kept = body[i]
-            if span is None or not isinstance(statement, cst.If) or not isinstance(kept, cst.If):
-                continue
-            if self.ctx.hold_test(statement.test, *span, self.ctx.matches[span[1] :]):
-                body[i] = kept.with_changes(test=statement.test)
-        return updated.with_changes(body=body)
 
     def _place_hoists(self, original: Block, updated: Block) -> Block:
         """Put `name = <code>` before each line of this block that an applied fix hoists from
@@ -141,7 +113,10 @@ class Transformer(cst.CSTTransformer):
         winners = self.ctx.settle(candidates)
         zone = self.zones[-1][1] if self.zones else None
         suppressed = {id(w): self.ctx.suppression(original_node, w.rule.code) for w in winners}
-        holds = {id(w): suppressed[id(w)] or zone or w.held or self.ctx.file_hold(w.rule) for w in winners}
+        holds = {
+            id(w): suppressed[id(w)] or zone or w.held or self.ctx.hold(original_node, w.rule)
+            for w in winners
+        }
         applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
         applied = [w for w in applied if owners[id(w)] is owner]  # one kind edits a node

@@ -1,0 +1,85 @@
+"""Guards over code left CUDA: a fix that rewrites what a guard tests is held back when the code
+the guard decides on keeps CUDA-only code (a manual finding, a fix the run does not make, a
+call into a compiled extension). Rewritten, the test would lead an NPU run into that code,
+which was dead and harmless before the migration. Decided from the program model, so every
+form of guard counts (`if`, `while`, `and`/`or`, `not`, a conditional expression, a loop's
+bound, an early exit, an `assert`, a test-skipping decorator) and a test is followed to the
+values it reads (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return)."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from npu_migrate.engine.program import Guard, Program, Span
+
+
+@dataclass(frozen=True)
+class Site:
+    """A match, where the program model can see it."""
+
+    span: Span
+    code: str
+    rule: str
+    fixes: bool  # the run fixes it (for a scan: a default apply would)
+    leaves: bool  # it stays CUDA code that fails on an NPU
+    severe: bool  # held back, it would stay such code (not a note, not harmless on an NPU)
+
+
+def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
+    """The sites whose fix must be held back, with why (by index into `sites`)."""
+    fixes = [s.fixes for s in sites]
+    if not any(fixes) or not program.guards:
+        return {}
+    leaves = [s.leaves for s in sites]
+    order = sorted(range(len(sites)), key=lambda i: sites[i].span.start)
+    starts = [sites[i].span.start for i in order]
+    natives = sorted(program.native_calls, key=lambda c: c.span.start)
+    native_starts = [c.span.start for c in natives]
+
+    def inside(span: Span) -> list[int]:
+        first = bisect.bisect_left(starts, span.start)
+        last = bisect.bisect_left(starts, span.end)
+        return [order[k] for k in range(first, last) if span.holds(sites[order[k]].span)]
+
+    def left_behind(guard: Guard) -> str | None:
+        for span in guard.guarded:
+            site = next((i for i in inside(span) if leaves[i]), None)
+            if site is not None:
+                return f"`{sites[site].code.splitlines()[0]}` ({sites[site].rule})"
+            at = bisect.bisect_left(native_starts, span.start)
+            if at < len(natives) and span.holds(natives[at].span):
+                return f"`{natives[at].code}`, a call into a compiled extension"
+        return None
+
+    held: dict[int, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for guard in program.guards:
+            direct = [i for i in inside(guard.test) if fixes[i]]
+            follow = not direct or not guard.conjunctive
+            via = [
+                (i, v.span)
+                for v in program.sources(guard.reads)
+                if follow
+                for i in inside(v.span)
+                if fixes[i]
+            ]
+            if not direct and not via:
+                continue
+            left = left_behind(guard)
+            if left is None:
+                continue
+            reasons = [(i, f"it guards {left}, which stays CUDA code: migrate that first") for i in direct]
+            reasons += [
+                (i, f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}, "
+                    "which stays CUDA code: migrate that first")
+                for i, _ in via
+            ]  # fmt: skip
+            for i, why in reasons:
+                if fixes[i]:
+                    fixes[i], leaves[i], held[i] = False, sites[i].severe, why
+                    changed = True
+    return held

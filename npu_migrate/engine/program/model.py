@@ -1,0 +1,444 @@
+"""The program model of one file: what its code does around the places rules match, read once
+from the stdlib parser's tree of the whole file (both of the engine's roads ask the same model,
+so they decide the same way).
+
+It knows:
+
+* guards: every piece of code whose execution depends on the value of an expression (the test
+  of an `if`, `while` or conditional expression, each operand of `and`/`or` for the operands
+  after it, a loop's iterable for its body, an early exit or `assert` for the rest of its block,
+  a test-skipping decorator for the test it skips);
+* values: where a value flows (a variable in its scope, an attribute of any object, what a
+  function or property returns, a parameter's default), so that a test that reads `has_gpu`
+  is traced to `has_gpu = torch.cuda.is_available()`;
+* bound attributes: the attributes the file's own code binds (`self.is_cuda = ...`, a class
+  attribute, a method): the code's own, not a tensor's;
+* calls into compiled extensions (`_C.nms(...)`, `ext_module.roi_align_forward(...)`), CUDA code
+  no Python rule can migrate;
+* whether the file already keeps a path for the NPU beside CUDA (a `try` that imports torch_npu
+  and goes on without it, `is_torch_npu_available()`, `torch_npu = None`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from npu_migrate.engine.program.spans import Columns, Span
+
+# What a value is known by: ("name", scope, name), ("attr", name), ("call", function name).
+Key = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """`test` decides whether `guarded` runs."""
+
+    test: Span
+    guarded: tuple[Span, ...]
+    header: str  # the guard's first line, as written, for messages
+    reads: frozenset[Key]  # the values the test reads
+    conjunctive: bool  # one atom kept as it was keeps the whole test as it was (an atom, `not`, `and`)
+
+
+@dataclass(frozen=True)
+class Value:
+    """A value bound to `key` (an assignment's right side, a return, a default)."""
+
+    key: Key
+    span: Span
+    reads: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    span: Span
+    code: str
+
+
+@dataclass
+class Program:
+    guards: list[Guard] = field(default_factory=list)
+    values: dict[Key, list[Value]] = field(default_factory=dict)
+    bound_attributes: dict[str, int] = field(default_factory=dict)  # name -> first line binding it
+    native_calls: list[NativeCall] = field(default_factory=list)
+    dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
+
+    @classmethod
+    def of(cls, tree: ast.Module, lines: Sequence[str]) -> Program:
+        return _Reader(lines).read(tree)
+
+    def sources(self, keys: Iterable[Key]) -> list[Value]:
+        """Every value that flows into something reading `keys`, through other values too."""
+        found: list[Value] = []
+        seen: set[Key] = set()
+        todo = list(keys)
+        while todo:
+            key = todo.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            for value in self.values.get(key, ()):
+                found.append(value)
+                todo.extend(value.reads)
+        return found
+
+
+# A module that is a compiled extension by its name (`_C`, `selective_scan_cuda`, `_ext`,
+# `deform_conv_cuda`, `fused_layer_norm_cuda`, `box_ops_cpp`).
+_EXTENSION_MODULE = re.compile(r"(?:^|_)(?:C|ext|cuda|cpp|kernels?)$")
+# Calls whose result is a compiled extension: torch.utils.cpp_extension's loaders, mmcv's
+# ext_loader.load_ext, DeepSpeed's `SomeBuilder().load()`.
+_EXTENSION_LOADERS = frozenset({"load_ext", "load_inline"})
+_NPU_AVAILABLE = re.compile(r"^is_(?:torch_)?npu_available$")
+_SKIPS = frozenset({"skipif", "skipIf", "skipUnless"})
+_EXITS = frozenset({"skip", "skipTest", "exit", "_exit", "fail"})  # pytest.skip, self.skipTest, sys.exit
+
+
+class _Scope:
+    def __init__(self, node: ast.AST | None, names: set[str] | None, is_class: bool = False) -> None:
+        self.id = id(node) if node is not None else 0
+        self.node = node
+        self.names = names  # a function's local names; None for the module and classes
+        self.is_class = is_class
+
+
+class _Reader(ast.NodeVisitor):
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = lines
+        self.columns = Columns(lines)
+        self.program = Program()
+        self.scopes: list[_Scope] = [_Scope(None, None)]
+        self.extensions: set[str] = set()
+        self.loaders: set[str] = set()  # local names of torch.utils.cpp_extension.load
+
+    def read(self, tree: ast.Module) -> Program:
+        self._block(tree.body)
+        self.program.native_calls = [
+            NativeCall(self.columns.span(node), self._first_line(node))
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and _root(node.func) in self.extensions
+        ]
+        return self.program
+
+    # ------------------------------------------------------------------ walking, with blocks and scopes
+
+    def generic_visit(self, node: ast.AST) -> None:
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                if value and isinstance(value[0], ast.stmt):
+                    self._block(value)
+                else:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    def _block(self, body: list[ast.stmt]) -> None:
+        """A block's statements; an early exit or an assert guards the rest of the block."""
+        for i, statement in enumerate(body):
+            rest = self.columns.around(body[i + 1 :])
+            if rest is not None and isinstance(statement, ast.If) and _exits(statement):
+                self._guard(statement.test, [rest], statement)
+            if rest is not None and isinstance(statement, ast.Assert):
+                self._guard(statement.test, [rest], statement)
+            self.visit(statement)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        owner = self.scopes[-1]
+        if owner.is_class:
+            self._bind_attribute(node.name, node)
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+            test = _skip_condition(decorator)
+            if test is not None:
+                self._guard(test, [self.columns.around(node.body)], node)  # type: ignore[list-item]
+        self._defaults(node)
+        self.scopes.append(_Scope(node, _local_names(node)))
+        self._block(node.body)
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.visit(node.body)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for child in [*node.decorator_list, *node.bases, *node.keywords]:
+            self.visit(child)
+        self.scopes.append(_Scope(node, None, is_class=True))
+        self._block(node.body)
+        self.scopes.pop()
+
+    # ------------------------------------------------------------------ guards
+
+    def visit_If(self, node: ast.If) -> None:
+        self._guard(node.test, self._spans(node.body, node.orelse), node)
+        self.generic_visit(node)
+
+    def visit_While(self, node: ast.While) -> None:
+        self._guard(node.test, self._spans(node.body, node.orelse), node)
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._guard(node.iter, self._spans(node.body), node)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For  # type: ignore[assignment]
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._guard(node.test, self._spans([node.body], [node.orelse]), node)
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        for i, operand in enumerate(node.values[:-1]):
+            self._guard(operand, self._spans(node.values[i + 1 :]), node)
+        self.generic_visit(node)
+
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
+        produced = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for generator in node.generators:
+            for test in [generator.iter, *generator.ifs]:
+                self._guard(test, self._spans(produced), node)
+        self.generic_visit(node)
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension  # type: ignore[assignment]
+
+    def _guard(self, test: ast.expr, guarded: list[Span], where: ast.AST) -> None:
+        if not guarded:
+            return
+        self.program.guards.append(
+            Guard(self.columns.span(test), tuple(guarded), self._first_line(where), self._reads(test),
+                  _conjunctive(test))
+        )  # fmt: skip
+
+    def _spans(self, *bodies: Sequence[ast.AST]) -> list[Span]:
+        return [span for body in bodies if (span := self.columns.around(body)) is not None]
+
+    # ------------------------------------------------------------------ values
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._bind(target, node.value)
+        if len(self.scopes) == 1 and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            test = _skip_condition(node.value)
+            if test is not None:
+                self._guard(test, [Span((node.end_lineno or node.lineno, 1 << 30), (1 << 30, 0))], node)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._bind(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._bind(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        function = next((s.node for s in reversed(self.scopes) if s.names is not None), None)
+        if node.value is not None and isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            self._value(("call", function.name), node.value)
+            if any(_root(d) == "property" or _last(d) == "cached_property" for d in function.decorator_list):
+                self._value(("attr", function.name), node.value)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Store | ast.Del):
+            self._bind_attribute(node.attr, node)
+        self.generic_visit(node)
+
+    def _bind(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                self._bind(element, value)
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value, value)
+        elif isinstance(target, ast.Attribute):
+            self._value(("attr", target.attr), value)
+        elif isinstance(target, ast.Name):
+            scope = self.scopes[-1]
+            if scope.is_class:
+                self._bind_attribute(target.id, target)
+                self._value(("attr", target.id), value)
+            else:
+                self._value(self._resolve(target.id), value)
+            if _is_extension(value, self.loaders):
+                self.extensions.add(target.id)
+            if target.id == "torch_npu" and isinstance(value, ast.Constant) and value.value is None:
+                self._dual(f"line {target.lineno} sets torch_npu = None where torch_npu is missing")
+
+    def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
+        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+        for arg, default in pairs:
+            self._value(("name", id(node), arg.arg), default)
+
+    def _value(self, key: Key, value: ast.expr) -> None:
+        self.program.values.setdefault(key, []).append(
+            Value(key, self.columns.span(value), self._reads(value))
+        )
+
+    def _bind_attribute(self, name: str, node: ast.AST) -> None:
+        self.program.bound_attributes.setdefault(name, getattr(node, "lineno", 0))
+
+    def _resolve(self, name: str) -> Key:
+        """The key of a variable read or bound here: the innermost function that binds it, else
+        the module (class bodies are not visible from their methods)."""
+        for scope in reversed(self.scopes):
+            if scope.names is not None and name in scope.names:
+                return ("name", scope.id, name)
+        return ("name", 0, name)
+
+    def _reads(self, expression: ast.expr) -> frozenset[Key]:
+        keys: set[Key] = set()
+        for node in ast.walk(expression):
+            if isinstance(node, ast.Name):
+                keys.add(self._resolve(node.id))
+            elif isinstance(node, ast.Attribute):
+                keys.add(("attr", node.attr))
+            if isinstance(node, ast.Call):
+                name = _last(node.func)
+                if name:
+                    keys.add(("call", name))
+        return frozenset(keys)
+
+    # ------------------------------------------------------------------ imports, extensions, the NPU path
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if _EXTENSION_MODULE.search(alias.name.rsplit(".", 1)[-1]):
+                self.extensions.add(alias.asname or alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            local = alias.asname or alias.name
+            if _EXTENSION_MODULE.search(alias.name):
+                self.extensions.add(local)
+            if node.module == "torch.utils.cpp_extension" and alias.name in {"load", "load_inline"}:
+                self.loaders.add(local)
+
+    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
+        imports = [
+            s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom) and _imports_torch_npu(s)
+        ]
+        goes_on = any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
+        if imports and goes_on:
+            self._dual(f"line {imports[0].lineno} imports torch_npu in a try and goes on without it")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try  # type: ignore[assignment]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if _NPU_AVAILABLE.match(_last(node.func) or ""):
+            self._dual(f"line {node.lineno} asks {_last(node.func)}()")
+        self.generic_visit(node)
+
+    def _dual(self, why: str) -> None:
+        if self.program.dual_path is None:
+            self.program.dual_path = why
+
+    def _first_line(self, node: ast.AST) -> str:
+        line = self.lines[node.lineno - 1] if 0 < getattr(node, "lineno", 0) <= len(self.lines) else ""
+        text = line.strip()
+        return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return _root(node.func)
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _last(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Call):
+        return _last(node.func)
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _exits(node: ast.If) -> bool:
+    """An `if` with no else whose body always leaves the block (`if not ok: return`, a skip)."""
+    if node.orelse or not node.body:
+        return False
+    last = node.body[-1]
+    if isinstance(last, ast.Return | ast.Raise | ast.Continue | ast.Break):
+        return True
+    return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and _last(last.value) in _EXITS
+
+
+def _skip_condition(node: ast.expr) -> ast.expr | None:
+    """The condition of `pytest.mark.skipif(cond, ...)` / `unittest.skipIf(cond, ...)`."""
+    if isinstance(node, ast.Call) and _last(node.func) in _SKIPS and node.args:
+        return node.args[0]
+    return None
+
+
+def _conjunctive(test: ast.expr) -> bool:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return not isinstance(test.operand, ast.BoolOp)
+    if isinstance(test, ast.BoolOp):
+        return isinstance(test.op, ast.And) and all(_conjunctive(v) for v in test.values)
+    return True
+
+
+def _is_extension(value: ast.expr, loaders: set[str]) -> bool:
+    """`load_ext(...)`, `cpp_extension.load(...)`, `SomeBuilder().load()`."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if _last(func) in _EXTENSION_LOADERS or (isinstance(func, ast.Name) and func.id in loaders):
+        return True
+    if isinstance(func, ast.Attribute) and func.attr == "load":
+        receiver = func.value
+        if isinstance(receiver, ast.Name) and receiver.id == "cpp_extension":
+            return True
+        return isinstance(receiver, ast.Call) and (_last(receiver.func) or "").endswith("Builder")
+    return False
+
+
+def _imports_torch_npu(statement: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(statement, ast.ImportFrom):
+        return (statement.module or "").split(".")[0] == "torch_npu"
+    return any(a.name.split(".")[0] == "torch_npu" for a in statement.names)
+
+
+def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function binds (its parameters, assignments, loop targets, imports), less
+    those it declares global or nonlocal; nested functions' bodies are theirs."""
+    args = function.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    declared: set[str] = set()
+    for node in _own_nodes(function.body):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            declared.update(node.names)
+    return names - declared
+
+
+def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue  # its name is ours (yielded), its body its own
+        todo.extend(ast.iter_child_nodes(node))
