@@ -208,9 +208,10 @@ class FileContext:
 
     @staticmethod
     def _severe(match: Match) -> bool:
-        """Whether the match, left as it is, fails on an NPU (not a note, not harmless there)."""
+        """Whether the match, left as it is, fails on an NPU (not a note, not harmless there, not
+        the code's own name)."""
         rule = match.candidate.rule
-        return rule.severity is not Severity.info and not rule.harmless_on_npu
+        return rule.severity is not Severity.info and not rule.harmless_on_npu and not match.candidate.owned
 
     @property
     def needed_imports(self) -> list[str]:

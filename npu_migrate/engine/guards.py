@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.program import Guard, Program, Span
+from npu_migrate.engine.program.model import Key
 
 
 @dataclass(frozen=True)
@@ -53,20 +54,34 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
                 return f"`{natives[at].code}`, a call into a compiled extension"
         return None
 
+    def fixed_sources(keys: frozenset[Key]) -> list[int]:
+        """The fixed sites in the values a test reads, followed through the values they read
+        until a value that its own sites keep as it was (an atom, `not`, `and`)."""
+        found: list[int] = []
+        seen: set[Key] = set()
+        todo = list(keys)
+        while todo:
+            key = todo.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            for value in program.values.get(key, ()):
+                found += [i for i in inside(value.span) if fixes[i]]
+                if not (value.conjunctive and keeps(value.span)):
+                    todo.extend(value.reads)
+        return found
+
+    def keeps(span: Span) -> bool:
+        """Whether code with one of its atoms kept as CUDA (held now, or left) is as it was."""
+        return any(fixes[i] or leaves[i] for i in inside(span))
+
     held: dict[int, str] = {}
     changed = True
     while changed:
         changed = False
         for guard in program.guards:
             direct = [i for i in inside(guard.test) if fixes[i]]
-            follow = not direct or not guard.conjunctive
-            via = [
-                (i, v.span)
-                for v in program.sources(guard.reads)
-                if follow
-                for i in inside(v.span)
-                if fixes[i]
-            ]
+            via = [] if guard.conjunctive and keeps(guard.test) else fixed_sources(guard.reads)
             if not direct and not via:
                 continue
             left = left_behind(guard)
@@ -76,7 +91,7 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
             reasons += [
                 (i, f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}, "
                     "which stays CUDA code: migrate that first")
-                for i, _ in via
+                for i in via
             ]  # fmt: skip
             for i, why in reasons:
                 if fixes[i]:

@@ -1,6 +1,8 @@
 """`attribute:` rules: an attribute read on any receiver (`t.is_cuda`), renamed in place. A read
 is not called (a call is a method, the `method:` kind's business) and not inside a dotted chain
-from an imported name (`torch.cuda` in `torch.cuda.synchronize` is a name rule's business)."""
+from an imported name (`torch.cuda` in `torch.cuda.synchronize` is a name rule's business). An
+attribute the file's code binds itself (`self.is_cuda = ...`, a class attribute, a method, as
+the program model knows) is the code's own: its fix is held."""
 
 from __future__ import annotations
 
@@ -42,7 +44,18 @@ class AttributeMatcher(Matcher):
         rules = self.kind.by_name.get(updated.attr.value, ())
         if not rules or original in self.callees or self._inside_imported_name(original):
             return []
-        return [Candidate(r, renamed_attribute(r, updated), part=f".{updated.attr.value}") for r in rules]
+        name = updated.attr.value
+        bound = self.ctx.program.bound_attributes.get(name)
+        held = (
+            f"the code binds `.{name}` itself (line {bound}): it is the code's own attribute, not the "
+            "tensor's, and renaming some of its uses would break the others"
+            if bound is not None
+            else None
+        )
+        return [
+            Candidate(r, renamed_attribute(r, updated), part=f".{name}", held=held, owned=held is not None)
+            for r in rules
+        ]
 
     def _inside_imported_name(self, node: cst.Attribute) -> bool:
         if self.ctx.facts.is_reference(node):

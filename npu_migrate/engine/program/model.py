@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from npu_migrate.engine.program.spans import Columns, Span
@@ -49,6 +49,7 @@ class Value:
     key: Key
     span: Span
     reads: frozenset[Key]
+    conjunctive: bool  # as Guard.conjunctive
 
 
 @dataclass(frozen=True)
@@ -68,21 +69,6 @@ class Program:
     @classmethod
     def of(cls, tree: ast.Module, lines: Sequence[str]) -> Program:
         return _Reader(lines).read(tree)
-
-    def sources(self, keys: Iterable[Key]) -> list[Value]:
-        """Every value that flows into something reading `keys`, through other values too."""
-        found: list[Value] = []
-        seen: set[Key] = set()
-        todo = list(keys)
-        while todo:
-            key = todo.pop()
-            if key in seen:
-                continue
-            seen.add(key)
-            for value in self.values.get(key, ()):
-                found.append(value)
-                todo.extend(value.reads)
-        return found
 
 
 # A module that is a compiled extension by its name (`_C`, `selective_scan_cuda`, `_ext`,
@@ -160,7 +146,7 @@ class _Reader(ast.NodeVisitor):
         self._block(node.body)
         self.scopes.pop()
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self.visit(node.body)
@@ -186,7 +172,7 @@ class _Reader(ast.NodeVisitor):
         self._guard(node.iter, self._spans(node.body), node)
         self.generic_visit(node)
 
-    visit_AsyncFor = visit_For  # type: ignore[assignment]
+    visit_AsyncFor = visit_For
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
         self._guard(node.test, self._spans([node.body], [node.orelse]), node)
@@ -204,9 +190,9 @@ class _Reader(ast.NodeVisitor):
                 self._guard(test, self._spans(produced), node)
         self.generic_visit(node)
 
-    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension  # type: ignore[assignment]
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
-    def _guard(self, test: ast.expr, guarded: list[Span], where: ast.AST) -> None:
+    def _guard(self, test: ast.expr, guarded: list[Span], where: ast.stmt | ast.expr) -> None:
         if not guarded:
             return
         self.program.guards.append(
@@ -214,7 +200,7 @@ class _Reader(ast.NodeVisitor):
                   _conjunctive(test))
         )  # fmt: skip
 
-    def _spans(self, *bodies: Sequence[ast.AST]) -> list[Span]:
+    def _spans(self, *bodies: Sequence[ast.stmt | ast.expr]) -> list[Span]:
         return [span for body in bodies if (span := self.columns.around(body)) is not None]
 
     # ------------------------------------------------------------------ values
@@ -286,7 +272,7 @@ class _Reader(ast.NodeVisitor):
 
     def _value(self, key: Key, value: ast.expr) -> None:
         self.program.values.setdefault(key, []).append(
-            Value(key, self.columns.span(value), self._reads(value))
+            Value(key, self.columns.span(value), self._reads(value), _conjunctive(value))
         )
 
     def _bind_attribute(self, name: str, node: ast.AST) -> None:
@@ -328,7 +314,7 @@ class _Reader(ast.NodeVisitor):
             if node.module == "torch.utils.cpp_extension" and alias.name in {"load", "load_inline"}:
                 self.loaders.add(local)
 
-    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
+    def visit_Try(self, node: ast.Try) -> None:
         imports = [
             s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom) and _imports_torch_npu(s)
         ]
@@ -337,7 +323,7 @@ class _Reader(ast.NodeVisitor):
             self._dual(f"line {imports[0].lineno} imports torch_npu in a try and goes on without it")
         self.generic_visit(node)
 
-    visit_TryStar = visit_Try  # type: ignore[assignment]
+    visit_TryStar = visit_Try  # ast.TryStar (3.11) has a try's fields
 
     def visit_Call(self, node: ast.Call) -> None:
         if _NPU_AVAILABLE.match(_last(node.func) or ""):
@@ -348,7 +334,7 @@ class _Reader(ast.NodeVisitor):
         if self.program.dual_path is None:
             self.program.dual_path = why
 
-    def _first_line(self, node: ast.AST) -> str:
+    def _first_line(self, node: ast.stmt | ast.expr) -> str:
         line = self.lines[node.lineno - 1] if 0 < getattr(node, "lineno", 0) <= len(self.lines) else ""
         text = line.strip()
         return text if len(text) <= 60 else text[:57] + "..."

@@ -35,7 +35,7 @@ class Columns:
             return offset
         return len(text.encode("utf-8")[:offset].decode("utf-8", "ignore"))
 
-    def span(self, node: ast.AST) -> Span:
+    def span(self, node: ast.stmt | ast.expr) -> Span:
         first = min([node, *getattr(node, "decorator_list", ())], key=lambda n: (n.lineno, n.col_offset))
         end_line = node.end_lineno or node.lineno
         return Span(
@@ -43,7 +43,7 @@ class Columns:
             (end_line, self._column(end_line, node.end_col_offset or 0)),
         )
 
-    def around(self, nodes: Iterable[ast.AST]) -> Span | None:
+    def around(self, nodes: Iterable[ast.stmt | ast.expr]) -> Span | None:
         """The span from the first of `nodes` to the last; None for none."""
         spans = [self.span(n) for n in nodes]
         return Span(spans[0].start, spans[-1].end) if spans else None

@@ -1,0 +1,101 @@
+"""Safe means it still runs: the forms of real code in fixtures/safe_edits (timm's prefetch
+loader, detectron2's collect_env and launch, a detection op's CUDA-kernel guard, a test module's
+skip condition, an onnxruntime provider choice, transformers-style dual-path helpers), migrated
+by `apply` through the command line and then run under the NPU emulation. Each of these ran into
+an error or a CUDA request on an NPU before the program model decided the holds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+SOURCES = FIXTURES / "safe_edits" / "src"
+
+# What the migrated files must do under the emulation, in one process (torch is imported once).
+CHECK = """
+import torch
+import torch_npu
+import pytest
+
+import collect_env, export_onnx, nms, train
+
+assert "GPU available: False" in collect_env.collect_env_info()  # no CUDA capability asked for
+assert export_onnx.session_providers() == ["CPUExecutionProvider"]
+kept = nms.nms_rotated(torch.randn(6, 5).npu(), torch.rand(6).npu(), 0.5)  # the portable path
+assert kept.numel() >= 1
+train.main()  # the loader's own is_cuda flag still reads back
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
+print("all ran")
+"""
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("safe_edits") / "npu"
+    result = run_cli("apply", str(SOURCES), "--out", str(out), cwd=out.parent)
+    assert result.returncode in (0, 1), result.stderr
+    return out
+
+
+def read(root: Path, name: str) -> str:
+    return (root / name).read_text()
+
+
+def test_a_probe_is_kept_where_its_value_leads_to_cuda_only_code(migrated: Path) -> None:
+    env = read(migrated, "collect_env.py")
+    assert "has_gpu = torch.cuda.is_available()" in env  # it reaches `if has_gpu:` over capability calls
+    assert "range(torch.cuda.device_count())" in env
+    launch = read(migrated, "launch.py")
+    assert "has_gpu = torch.cuda.is_available()" in launch  # "NCCL" if has_gpu: gloo on an NPU, as before
+    assert "import torch_npu" not in launch
+
+
+def test_a_guard_over_a_compiled_kernel_or_a_cuda_provider_keeps_its_cuda_test(migrated: Path) -> None:
+    assert "if not boxes.is_cuda:" in read(migrated, "nms.py")
+    assert "if torch.cuda.is_available() else" in read(migrated, "export_onnx.py")
+    kernels = read(migrated, "test_kernels.py")
+    assert "not torch.cuda.is_available() or torch.cuda.get_device_capability()" in kernels
+    assert 'device="npu"' in kernels  # code the skip guards is still migrated
+
+
+def test_the_codes_own_attribute_is_not_renamed(migrated: Path) -> None:
+    loader = read(migrated, "prefetch_loader.py")
+    assert loader.count(".is_cuda") == 2 and "self.is_npu = " in loader
+    assert "torch.npu.Stream()" in loader and 'torch.device("npu")' in loader
+
+
+def test_a_file_that_keeps_a_path_for_the_npu_stays_byte_identical(migrated: Path) -> None:
+    assert (migrated / "hub_utils.py").read_bytes() == (SOURCES / "hub_utils.py").read_bytes()
+
+
+def test_plain_cuda_code_beside_them_is_migrated(migrated: Path) -> None:
+    train = read(migrated, "train.py")
+    assert "torch.npu.manual_seed_all(0)" in train and ".npu()" in train
+    assert "torch.npu.synchronize()" in train
+
+
+def test_the_migrated_files_run_under_the_emulation(migrated: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "run"
+    shutil.copytree(migrated, tree)
+    (tree / "check.py").write_text(CHECK)
+    result = run_cli("run", "--emulate", "check.py", cwd=tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all ran" in result.stdout
+
+
+def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
+    result = run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path)
+    findings = json.loads(result.stdout)["findings"]
+    held = {(Path(f["file"]).name, f["line"], f["code"]): f["held"] for f in findings if f.get("held")}
+    assert "its value reaches `if has_gpu:` (line 11)" in held[("collect_env.py", 9, "NPU101")]
+    assert "NPU106" in held[("collect_env.py", 9, "NPU101")]
+    assert "NPU203" in held[("launch.py", 8, "NPU101")]
+    assert "a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
+    assert "NPU819" in held[("export_onnx.py", 7, "NPU101")]
+    assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
+    assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
