@@ -264,6 +264,7 @@ class Audit:
     after: list[Trace]
     silent: list[Trace]
     migrated: Path
+    held_by_reason: dict[str, int]  # the fixes apply held back, by reason (the scan of the migrated copy)
 
 
 def audit(tree: Path, work: Path, unsafe: bool, jobs: int) -> Audit:
@@ -279,7 +280,8 @@ def audit(tree: Path, work: Path, unsafe: bool, jobs: int) -> Audit:
     reported = reported_lines(scanned.stdout, migrated)
     after = tree_traces(migrated)
     silent = [t for t in after if (t.file, t.line) not in reported]
-    return Audit(tree, len(tree_traces(tree)), after, silent, migrated)
+    held = json.loads(scanned.stdout)["summary"]["held_by_reason"]
+    return Audit(tree, len(tree_traces(tree)), after, silent, migrated, held)
 
 
 def main() -> int:
@@ -298,6 +300,9 @@ def main() -> int:
         for a in audits:
             reported = len(a.after) - len(a.silent)
             print(f"{a.tree.name:<28} {a.before:>13} {len(a.after):>6} {reported:>9} {len(a.silent):>7}")
+        for a in audits:
+            reasons = ", ".join(f"{reason} {n}" for reason, n in a.held_by_reason.items()) or "none"
+            print(f"{a.tree.name}: held by reason: {reasons}")
         for a in audits:
             if not a.silent:
                 continue

@@ -17,9 +17,9 @@ from npu_migrate.engine.kinds.setting import SettingMatch
 from npu_migrate.engine.kinds.site import found
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
-from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
-ESCAPED = "the value is spelled with escapes: edit it by hand"
+ESCAPED = Hold("spelled with escapes", "the value is spelled with escapes: edit it by hand")
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _NOT_YAML = re.compile("[^\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -31,7 +31,7 @@ class Spelled:
 
     start: int
     end: int
-    held: str | None
+    held: Hold | None
 
 
 def spelled(text: str, node: yaml.Node) -> Spelled:

@@ -21,17 +21,25 @@ from npu_migrate.engine.kinds.dependency import normalized
 from npu_migrate.engine.regions import byte_span, byte_starts
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
-from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-NOT_LINES = "npu-migrate adds lines to requirements files only; add to this file's dependencies by hand"
-CONDA = "torch_npu installs with pip; add to this environment's `pip:` list by hand"
-AS_PYTHON = "npu-migrate edits setup.py as Python code only; change this requirement by hand"
-ESCAPED = "the string is spelled with escapes: edit it by hand"
+NOT_LINES = Hold(
+    "not a requirements file",
+    "npu-migrate adds lines to requirements files only; add to this file's dependencies by hand",
+)
+CONDA = Hold(
+    "a conda environment", "torch_npu installs with pip; add to this environment's `pip:` list by hand"
+)
+AS_PYTHON = Hold(
+    "a setup.py requirement",
+    "npu-migrate edits setup.py as Python code only; change this requirement by hand",
+)
+ESCAPED = Hold("spelled with escapes", "the string is spelled with escapes: edit it by hand")
 _PIP_OPTION = re.compile(r"(-i|--index-url|--extra-index-url|-f|--find-links)(\s*=\s*|\s+)(\S+)")
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*")
 _CONDA_SPEC = re.compile(r"\s*(?:([\w./-]+)::)?([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*")
@@ -46,7 +54,7 @@ class Found:
     start: int
     text: str
     kind: str = "requirement"  # "requirement", "conda" (a conda spec) or "index"
-    held: str | None = None
+    held: Hold | None = None
 
 
 def migrate_requirements(
@@ -124,7 +132,7 @@ def _migrate(
     found: list[Found],
     index: RuleIndex,
     enabled: frozenset[Applicability],
-    no_new_line: str | None,
+    no_new_line: Hold | None,
     suppressions: Suppressions | None = None,
 ) -> FileResult:
     """The rules at the requirements found; suppression comments are `#` comments at the end of a
@@ -135,7 +143,7 @@ def _migrate(
     return site_result(matched, data, suppressions)
 
 
-def requirement_sites(found: list[Found], no_new_line: str | None) -> list[Site]:
+def requirement_sites(found: list[Found], no_new_line: Hold | None) -> list[Site]:
     """The sites of what a file requires, each knowing every package the file requires (a rule's
     `unless`) and why no line may be added beside it."""
     sites = [site for entry in found for site in _sites(entry)]

@@ -63,6 +63,19 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """Why a rule's fix is held back at one place: `reason`, the kind of hold that summaries
+    count (a reviewer sees what was not done, and why, at a glance), and `why`, in this place's
+    words."""
+
+    reason: str
+    why: str
+
+    def detailed(self, more: str) -> Hold:
+        return Hold(self.reason, f"{self.why}: {more}")
+
+
+@dataclass(frozen=True)
 class Finding:
     rule: RuleInfo
     line: int
@@ -72,7 +85,7 @@ class Finding:
     code: str
     replacement: str | None  # the fixed code; None when the rule is report-only, or held
     applied: bool
-    held: str | None = None  # why the rule's fix is held back here: the code is kept as it is
+    held: Hold | None = None  # why the rule's fix is held back here: the code is kept as it is
     cell: int | None = None  # in a notebook: the cell (1-based, every cell counted); lines are the cell's
     detail: str | None = None  # what this finding adds to its rule's message (where an operator is called)
 
@@ -115,7 +128,8 @@ class FileResult:
                     "applicability": Applicability(rule["applicability"]),
                 }
             )
-            findings.append(Finding(**{**finding, "rule": info}))
+            held = finding["held"]
+            findings.append(Finding(**{**finding, "rule": info, "held": held and Hold(**held)}))
         new_source = data["new_source"]
         return cls(
             findings=findings,

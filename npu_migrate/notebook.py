@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from npu_migrate.engine.index import RuleIndex
-from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
 
 _CELL = "# <npu-migrate-cell {}>"
 _CELL_LINE = re.compile(r"^# <npu-migrate-cell (\d+)>\r?\n?$")
@@ -25,7 +25,10 @@ _ERROR_LINE = re.compile(r"\bline (\d+)")
 # that the rules on what Python runs in a shell (nvidia-smi) see it
 _SHELL = "_npu_migrate_shell"
 _SHELL_IMPORT = f"import subprocess as {_SHELL}  # <npu-migrate-shell>\n"
-LAYOUT = "the notebook's JSON layout cannot be written back byte for byte; re-save it in Jupyter"
+LAYOUT = Hold(
+    "a notebook's layout",
+    "the notebook's JSON layout cannot be written back byte for byte; re-save it in Jupyter",
+)
 
 
 def migrate_notebook(

@@ -17,12 +17,18 @@ from npu_migrate.dependencies import Found, requirement_sites
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
-from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
-IN_TEXT = "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides"
+IN_TEXT = Hold(
+    "in a heredoc's text",
+    "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides",
+)
 _NAME = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]*\b")
-IN_COMMAND = "a script installs it: add to this command by hand"
-PLAIN_ONLY = "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand"
+IN_COMMAND = Hold("installed by a script", "a script installs it: add to this command by hand")
+PLAIN_ONLY = Hold(
+    "a tool run with arguments",
+    "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand",
+)
 
 
 @cache
@@ -56,7 +62,7 @@ def migrate_script(
     return site_result(matched, data, suppressions)
 
 
-def _site(node: Any, data: bytes, kind: str, held: str | None = None) -> Site:
+def _site(node: Any, data: bytes, kind: str, held: Hold | None = None) -> Site:
     text = data[node.start_byte : node.end_byte].decode(errors="replace")
     return Site(kind, node.start_byte, node.end_byte, text, held=held)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from npu_migrate.discover import kind_of
 from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.shell import IN_TEXT
 from npu_migrate.write import write_atomic
 
 _EXISTING = re.compile(r"#\s*npu-migrate:\s*ignore\[(?P<codes>[^\]]*)\]")
@@ -93,7 +94,7 @@ _LINE_COMMENTS: dict[str, Callable[[bytes], set[int]]] = {
 
 def _in_text(finding: Finding) -> bool:
     """A finding in a heredoc's text: a comment there would be text too."""
-    return bool(finding.held and finding.held.startswith("it is in a heredoc"))
+    return finding.held is not None and finding.held.reason == IN_TEXT.reason
 
 
 def _comment_lines(source: bytes) -> set[int]:

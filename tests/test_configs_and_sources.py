@@ -27,7 +27,7 @@ def test_json_with_tabs_and_escaped_values() -> None:
     result = migrate("config", text)
     assert found(result) == [(2, 14, "NPU771", "nccl"), (3, 13, "NPU773", "cuda")]
     escaped = result.findings[1]
-    assert escaped.held is not None and "escapes" in escaped.held and not escaped.applied
+    assert escaped.held is not None and "escapes" in escaped.held.why and not escaped.applied
     assert result.new_source == text.replace('"nccl"', '"hccl"').encode()
 
 

@@ -40,7 +40,9 @@ def test_pyproject_requirements_are_located_in_their_strings() -> None:
         (11, 1, "NPU767", "flash-attn"),
     ]
     pin = result.findings[0]
-    assert pin.held is not None and pin.held.endswith("`torch_npu==2.2.0.*`") and result.new_source is None
+    assert (
+        pin.held is not None and pin.held.why.endswith("`torch_npu==2.2.0.*`") and result.new_source is None
+    )
 
 
 def test_setup_py_lists_names_and_escapes() -> None:
@@ -93,7 +95,10 @@ def test_requirements_keep_comments_options_and_markers() -> None:
 def test_a_pinned_torch_npu_settles_the_pin_and_unpinned_torch_says_why() -> None:
     assert found(migrate("requirements", "torch==2.4.0\ntorch_npu==2.4.0.post2\n")) == []
     unpinned = migrate("requirements", "torch>=2.1\n").findings[0]
-    assert unpinned.held == "the fix needs $VERSION, which `torch>=2.1` does not give"
+    assert (
+        unpinned.held is not None
+        and unpinned.held.why == "the fix needs $VERSION, which `torch>=2.1` does not give"
+    )
     assert not unpinned.applied
 
 
@@ -112,7 +117,9 @@ def test_scripts_report_what_pip_and_conda_install() -> None:
         (4, 18, "NPU766", "nvidia"),
         (4, 25, "NPU764", "cuda-toolkit"),
     ]
-    assert result.findings[1].held is not None and "add to this command by hand" in result.findings[1].held
+    assert (
+        result.findings[1].held is not None and "add to this command by hand" in result.findings[1].held.why
+    )
 
 
 def test_dependency_files_without_findings_stay_byte_identical(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def run(code: str, enabled: frozenset[Applicability] = SAFE) -> tuple[str, FileR
 
 
 def held(result: FileResult) -> dict[tuple[str, int], str]:
-    return {(f.rule.code, f.line): f.held for f in result.findings if f.held}
+    return {(f.rule.code, f.line): f.held.why for f in result.findings if f.held}
 
 
 @pytest.mark.parametrize(

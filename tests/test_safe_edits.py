@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,23 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "NPU819" in held[("export_onnx.py", 7, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
+
+
+def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:
+    text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
+    assert "fix(es) held back so the code is never worse than unmigrated:" in text
+    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (4)",
+                   "the code's own attribute (2)", "a file with an NPU path beside CUDA (5)"):  # fmt: skip
+        assert reason in text
+    assert "1 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
+    summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
+    assert summary["held_by_reason"]["it guards CUDA code left"] == 4
+    assert [Path(f).name for f in summary["dual_path_files"]] == ["hub_utils.py"]
+
+
+def test_the_audit_prints_held_fixes_by_reason() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.audit", str(SOURCES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr  # nothing silent
+    assert "src: held by reason: " in result.stdout and "it guards CUDA code left" in result.stdout

@@ -14,12 +14,13 @@ from libcst.metadata import CodeRange
 
 from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.guards import Site
-from npu_migrate.engine.holds import NPU_AWARE, subtree
+from npu_migrate.engine.holds import dual_path, subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts
 from npu_migrate.engine.program import Program, Span
+from npu_migrate.engine.reasons import FILE_WORDS, SUPPRESSED
 from npu_migrate.engine.suppressions import Suppressions
-from npu_migrate.model import Applicability, Finding, Severity
+from npu_migrate.model import Applicability, Finding, Hold, Severity
 from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class Match:
     code: str
     replacement: str | None
     applied: bool
-    held: str | None = None  # why the rule's fix is held back here (engine.holds)
+    held: Hold | None = None  # why the rule's fix is held back here (engine.holds)
     suppressed: bool = False  # a suppression comment covers it: not reported, not fixed
 
     def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
@@ -67,7 +68,7 @@ class FileContext:
         spans: Mapping[cst.CSTNode, CodeRange] | None = None,
         silenced: frozenset[str] = frozenset(),
         program: Program | None = None,
-        decided: Mapping[tuple[cst.CSTNode, str], str] | None = None,
+        decided: Mapping[tuple[cst.CSTNode, str], Hold] | None = None,
     ) -> None:
         self.module = module
         self.program = program or Program()
@@ -108,17 +109,14 @@ class FileContext:
             winners.append(ranked[0])
         return sorted(winners, key=cmp_to_key(compare))
 
-    def hold(self, node: cst.CSTNode, rule: Rule) -> str | None:
+    def hold(self, node: cst.CSTNode, rule: Rule) -> Hold | None:
         """Why the code around `node` holds this rule's fix back (engine.guards decided it, the
         file already keeps a path for the NPU, or its words rule the fix out), or None."""
         decided = self.decided.get((node, rule.code))
         if decided is not None:
             return decided
         if self.program.dual_path is not None:
-            return (
-                f"{NPU_AWARE}: this file keeps a path for the NPU beside CUDA ({self.program.dual_path}); "
-                "rewritten for the NPU, its GPU path would break: make it device-neutral or leave it"
-            )
+            return dual_path(self.program.dual_path)
         return self.file_hold(rule)
 
     def sites(self, spans: Sequence[Span]) -> list[Site]:
@@ -128,11 +126,11 @@ class FileContext:
             for m, span in zip(self.matches, spans, strict=True)
         ]
 
-    def file_hold(self, rule: Rule) -> str | None:
+    def file_hold(self, rule: Rule) -> Hold | None:
         """Why the file's words hold this rule's fix back (Rule.hold_in_files_with), or None."""
         hold = rule.hold_in_files_with
         word = next((w for w in hold.words if w in self.words), None) if hold else None
-        return f"this file mentions {word}: {hold.why}" if hold and word else None
+        return Hold(FILE_WORDS, f"this file mentions {word}: {hold.why}") if hold and word else None
 
     def forget_replaced(self, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
         """A template replaced `original`: the findings inside it whose code the replacement no
@@ -151,17 +149,18 @@ class FileContext:
             if not m.candidate.rule.only_with or present.intersection(m.candidate.rule.only_with)
         ]
 
-    def suppression(self, node: cst.CSTNode, code: str) -> str | None:
+    def suppression(self, node: cst.CSTNode, code: str) -> Hold | None:
         """Why a match of `code` on `node` is suppressed (the configuration, a comment), or None."""
         if code in self.silenced:
-            return "not selected by the configuration"
+            return Hold(SUPPRESSED, "not selected by the configuration")
         if self.suppressions is None or node not in self.spans:
             return None
         where = self.spans[node]
-        return self.suppressions.reason(code, where.start.line, where.end.line)
+        why = self.suppressions.reason(code, where.start.line, where.end.line)
+        return Hold(SUPPRESSED, why) if why else None
 
     def record(
-        self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: str | None, suppressed: bool
+        self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: Hold | None, suppressed: bool
     ) -> None:
         """A match; `held`: why its fix, if it has one, is held back."""
         held = held if candidate.fixed is not None or suppressed else None

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from npu_migrate.engine.program import Guard, Program, Span
 from npu_migrate.engine.program.model import Key
+from npu_migrate.engine.reasons import GUARDS_CUDA, VALUE_GUARDS_CUDA
+from npu_migrate.model import Hold
+
+STAYS = "which stays CUDA code: migrate that first"
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class Site:
     severe: bool  # held back, it would stay such code (not a note, not harmless on an NPU)
 
 
-def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
+def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     """The sites whose fix must be held back, with why (by index into `sites`)."""
     fixes = [s.fixes for s in sites]
     if not any(fixes) or not program.guards:
@@ -75,7 +79,7 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
         """Whether code with one of its atoms kept as CUDA (held now, or left) is as it was."""
         return any(fixes[i] or leaves[i] for i in inside(span))
 
-    held: dict[int, str] = {}
+    held: dict[int, Hold] = {}
     changed = True
     while changed:
         changed = False
@@ -87,12 +91,9 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, str]:
             left = left_behind(guard)
             if left is None:
                 continue
-            reasons = [(i, f"it guards {left}, which stays CUDA code: migrate that first") for i in direct]
-            reasons += [
-                (i, f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}, "
-                    "which stays CUDA code: migrate that first")
-                for i in via
-            ]  # fmt: skip
+            through = f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}"
+            reasons = [(i, Hold(GUARDS_CUDA, f"it guards {left}, {STAYS}")) for i in direct]
+            reasons += [(i, Hold(VALUE_GUARDS_CUDA, f"{through}, {STAYS}")) for i in via]
             for i, why in reasons:
                 if fixes[i]:
                     fixes[i], leaves[i], held[i] = False, sites[i].severe, why

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from npu_migrate.engine.reasons import DUAL_PATH, NPU_BRANCH
+from npu_migrate.model import Hold
+
 # The NPU named as a word: `torch_npu`, `is_npu`, `isNpuAvailable`, `NPUAccelerator`, "npu:0",
 # "hccl"; not `input` or `INPUT`.
 _NPU_WORD = re.compile(
@@ -32,18 +35,31 @@ def names_npu(text: str) -> bool:
     return _NPU_WORD.search(text) is not None
 
 
-def npu_zone(node: cst.CSTNode) -> str | None:
+def npu_zone(node: cst.CSTNode) -> Hold | None:
     """Why nothing inside `node` may be rewritten (it already handles the NPU), or None."""
     if isinstance(node, cst.If) and any(_mentions_npu(test) for test in _chain_tests(node)):
-        return f"{NPU_AWARE}: this if/elif chain tests for the NPU, so each branch stays as it is"
+        return _aware("this if/elif chain tests for the NPU, so each branch stays as it is")
     if isinstance(node, cst.IfExp) and _mentions_npu(node.test):
-        return f"{NPU_AWARE}: this conditional expression tests for the NPU"
+        return _aware("this conditional expression tests for the NPU")
     entries = node.elements if isinstance(node, cst.Dict) else ()
     if any(_mentions_npu(e.key) or _mentions_npu(e.value) for e in entries if isinstance(e, cst.DictElement)):
-        return f"{NPU_AWARE}: this mapping has an NPU entry"
+        return _aware("this mapping has an NPU entry")
     if isinstance(node, cst.Try) and any(_imports_torch_npu(s) for s in node.body.body):
-        return f"{NPU_AWARE}: this try imports torch_npu; its handlers run only without it"
+        return _aware("this try imports torch_npu; its handlers run only without it")
     return None
+
+
+def dual_path(why: str) -> Hold:
+    """A file that keeps a path for the NPU beside CUDA (engine.program knows `why`)."""
+    return Hold(
+        DUAL_PATH,
+        f"{NPU_AWARE}: this file keeps a path for the NPU beside CUDA ({why}); rewritten for the NPU, "
+        "its GPU path would break: make it device-neutral or leave it",
+    )
+
+
+def _aware(why: str) -> Hold:
+    return Hold(NPU_BRANCH, f"{NPU_AWARE}: {why}")
 
 
 def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from npu_migrate.engine.fixes import substituted
 from npu_migrate.engine.kinds import kind_of
 from npu_migrate.engine.suppressions import Suppressions
-from npu_migrate.model import Applicability, FileResult, Finding
+from npu_migrate.model import Applicability, FileResult, Finding, Hold
 
 if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
@@ -29,8 +29,8 @@ class Site:
     end: int
     text: str  # what a rule's regex matches; what a fix rewrites (the bytes start:end)
     facts: Mapping[str, str] = field(default_factory=dict)  # what else a kind may ask, or a template use
-    held: str | None = None  # why no fix may apply here, as the handler sees it
-    no_new_line: str | None = None  # why no line may be added before it (an add_line fix)
+    held: Hold | None = None  # why no fix may apply here, as the handler sees it
+    no_new_line: Hold | None = None  # why no line may be added before it (an add_line fix)
     detail: str | None = None  # what the finding adds to its rule's message
 
 
@@ -96,7 +96,10 @@ def _expanded(template: str, site: Site) -> tuple[str, list[str]]:
     return template, re.findall(r"\$([A-Z_]+)", template)
 
 
-def _fix(rule: Rule, site: Site) -> tuple[str | None, str | None]:
+LACKING = "the fix lacks a value"  # the summaries' reason (model.Hold)
+
+
+def _fix(rule: Rule, site: Site) -> tuple[str | None, Hold | None]:
     """What the site's text becomes (or the line added before it), or why the fix cannot apply
     (with the line to add by hand, where that is what the fix would do)."""
     fix = rule.fix
@@ -106,10 +109,10 @@ def _fix(rule: Rule, site: Site) -> tuple[str | None, str | None]:
         return (None, site.held) if site.held else (substituted(site.text, fix.substitute), None)
     text, lacking = _expanded(fix.add_line or fix.template or "", site)
     if lacking:
-        return None, f"the fix needs ${', $'.join(lacking)}, which `{site.text}` does not give"
+        return None, Hold(LACKING, f"the fix needs ${', $'.join(lacking)}, which `{site.text}` does not give")
     held = site.held or (site.no_new_line if fix.add_line else None)
     if held:
-        return None, f"{held}: `{text}`" if fix.add_line else held
+        return None, held.detailed(f"`{text}`") if fix.add_line else held
     return text, None
 
 

@@ -38,7 +38,7 @@ from npu_migrate.engine.regions import (
 )
 from npu_migrate.engine.suppressions import MARKER, Suppressions
 from npu_migrate.engine.transformer import Transformer
-from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, ModulePath
+from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
 from npu_migrate.prefilter import accessed, word_counts
 
 
@@ -219,7 +219,7 @@ def _match(
     `place`: a line of the module -> the file's line): the context holds what it found. The pass
     runs again, knowing more, where a renamed import must keep its old name or the program model
     holds a fix back (rare)."""
-    decided: dict[tuple[cst.CSTNode, str], str] = {}
+    decided: dict[tuple[cst.CSTNode, str], Hold] = {}
     while True:
         ctx = FileContext(
             module, table, plan, enabled, words, suppressions, spans, index.silenced, program, decided

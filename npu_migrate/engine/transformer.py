@@ -13,6 +13,7 @@ import libcst as cst
 from npu_migrate.engine.context import FileContext
 from npu_migrate.engine.holds import ZONE_TYPES, npu_zone
 from npu_migrate.engine.kinds.base import Candidate, Hoist, LeaveHook, Matcher, VisitHook, hooks_of
+from npu_migrate.model import Hold
 
 Block = cst.IndentedBlock | cst.Module
 BLOCK_TYPES = frozenset({cst.IndentedBlock, cst.Module})
@@ -34,7 +35,7 @@ class Transformer(cst.CSTTransformer):
                 self.visits[node_type].append(hook)
             for node_type, leave in leaves.items():
                 self.leaves[node_type].append((matcher, leave))
-        self.zones: list[tuple[cst.CSTNode, str]] = []  # the outermost code that handles the NPU
+        self.zones: list[tuple[cst.CSTNode, Hold]] = []  # the outermost code that handles the NPU
         # An earlier line -> the hoists (by name) that applied fixes put before it.
         self.hoists: dict[cst.CSTNode, dict[str, Hoist]] = {}
 

@@ -50,8 +50,8 @@ def _operation(finding: Finding) -> tuple[str, str]:
     kind = label(finding)
     if finding.applied:
         return "MODIFY", f"{message(finding)} → {finding.replacement}"
-    if kind == "held":
-        return "UNSUPPORTED", f"{message(finding)} (fix held back: {finding.held})"
+    if finding.held:
+        return "UNSUPPORTED", f"{message(finding)} (fix held back: {finding.held.why})"
     if kind == "unsafe":
         return "UNSUPPORTED", f"{message(finding)} (unsafe fix not applied: use --unsafe)"
     if kind == "note":

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from npu_migrate.discover import kind_of
+from npu_migrate.engine.reasons import DUAL_PATH
 from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
 
@@ -51,6 +52,8 @@ class Summary:
     by_file_kind: dict[str, int]  # kind of file (python, notebook) -> findings
     suppressed: int  # findings silenced by suppression comments
     unused_suppressions: list[tuple[str, int]]  # (file, line) of comments that silenced nothing
+    held_by_reason: list[tuple[str, int]]  # model.Hold.reason -> held findings, most first
+    dual_path_files: list[str]  # files that already keep a path for the NPU beside CUDA
 
     @property
     def nothing_read(self) -> bool:
@@ -101,6 +104,14 @@ class Summary:
             by_file_kind=_by_file_kind(outcomes),
             suppressed=sum(o.result.suppressed for o in outcomes),
             unused_suppressions=[(o.file.display, n) for o in outcomes for n in o.result.unused_suppressions],
+            held_by_reason=Counter(
+                f.held.reason for o in outcomes for f in o.result.findings if f.held
+            ).most_common(),
+            dual_path_files=[
+                o.file.display
+                for o in outcomes
+                if any(f.held and f.held.reason == DUAL_PATH for f in o.result.findings)
+            ],
         )
 
     def as_dict(self) -> dict:
@@ -121,6 +132,8 @@ class Summary:
             "by_file_kind": self.by_file_kind,
             "suppressed": self.suppressed,
             "unused_suppressions": [{"file": f, "line": n} for f, n in self.unused_suppressions],
+            "held_by_reason": dict(self.held_by_reason),
+            "dual_path_files": self.dual_path_files,
         }
 
 
@@ -143,7 +156,8 @@ def finding_dict(display: str, finding: Finding) -> dict:
         "replacement": finding.replacement,
         "applied": finding.applied,
         "label": label(finding),
-        "held": finding.held,
+        "held": finding.held.why if finding.held else None,
+        "held_reason": finding.held.reason if finding.held else None,
     }
 
 

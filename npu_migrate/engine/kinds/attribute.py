@@ -14,7 +14,9 @@ from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
+from npu_migrate.engine.reasons import OWN_ATTRIBUTE
 from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import PlainNames, Strict
 
@@ -47,8 +49,11 @@ class AttributeMatcher(Matcher):
         name = updated.attr.value
         bound = self.ctx.program.bound_attributes.get(name)
         held = (
-            f"the code binds `.{name}` itself (line {bound}): it is the code's own attribute, not the "
-            "tensor's, and renaming some of its uses would break the others"
+            Hold(
+                OWN_ATTRIBUTE,
+                f"the code binds `.{name}` itself (line {bound}): it is the code's own attribute, not the "
+                "tensor's, and renaming some of its uses would break the others",
+            )
             if bound is not None
             else None
         )

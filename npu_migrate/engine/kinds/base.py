@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
     from npu_migrate.engine.regions import Anchors
     from npu_migrate.engine.sites import Site
+    from npu_migrate.model import Hold
     from npu_migrate.prefilter import Prefilter
     from npu_migrate.rules.schema import Rule
 
@@ -37,7 +38,7 @@ class Candidate:
     imports: tuple[str, ...] = ()  # modules the fix needs besides the rule's add_import
     part: str = ""  # what in the node it is about (an imported name): other parts never compete
     specificity: int = 0  # a rule on a more specific name beats one on a prefix
-    held: str | None = None  # why the fix must not apply here, as the matcher sees it
+    held: Hold | None = None  # why the fix must not apply here, as the matcher sees it
     owned: bool = False  # the code's own name, not CUDA's (held: neither a CUDA test nor CUDA code)
     hoists: tuple[Hoist, ...] = ()  # statements the fix needs before an earlier line (PatternMatch.hoist)
 

@@ -23,7 +23,9 @@ from npu_migrate.engine.imports import (
 )
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
+from npu_migrate.engine.reasons import IMPORT_KEPT, REEXPORTED
 from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
 from npu_migrate.rules.base import QualifiedNames, Strict
 from npu_migrate.rules.precedence import compare
@@ -195,8 +197,12 @@ class NameKind(Kind[NameMatch]):
         return plan_imports(table, best)
 
 
-_KEPT_FOR_USES = "the name stays imported for the code here that keeps using it (see its findings)"
-_REEXPORTED = "this file does not use the name, it re-exports it: its users are migrated where they are"
+_KEPT_FOR_USES = Hold(
+    IMPORT_KEPT, "the name stays imported for the code here that keeps using it (see its findings)"
+)
+_REEXPORTED = Hold(
+    REEXPORTED, "this file does not use the name, it re-exports it: its users are migrated where they are"
+)
 
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:

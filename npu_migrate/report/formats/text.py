@@ -26,7 +26,7 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         if finding.replacement is not None:
             line += f" [green]→ {escape(printable(finding.replacement.splitlines()[0]))}[/]"
         if finding.held:
-            line += f" [yellow](fix held back: {escape(finding.held)})[/]"
+            line += f" [yellow](fix held back: {escape(finding.held.why)})[/]"
         console.print(line)
 
 
@@ -66,6 +66,17 @@ def print_summary(console: Console, summary: Summary) -> None:
     if len(summary.by_file_kind) > 1:
         kinds = ", ".join(f"{n} in {kind} files" for kind, n in sorted(summary.by_file_kind.items()))
         console.print(f"By kind of file: {kinds}.")
+    if summary.held_by_reason:
+        held = sum(n for _, n in summary.held_by_reason)
+        reasons = ", ".join(f"{reason} ({n})" for reason, n in summary.held_by_reason)
+        console.print(f"{held} fix(es) held back so the code is never worse than unmigrated: {reasons}.")
+    if summary.dual_path_files:
+        files = summary.dual_path_files
+        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        console.print(
+            f"{len(files)} file(s) already run on the NPU beside CUDA ({shown}): their CUDA code is left "
+            "for the GPU path."
+        )
     if summary.suppressed:
         console.print(f"{summary.suppressed} finding(s) suppressed by `# npu-migrate: ignore` comments.")
     if summary.overridden:

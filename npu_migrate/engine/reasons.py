@@ -1,0 +1,13 @@
+"""The reasons a fix is held back in Python code (model.Hold.reason), which summaries count: a
+reviewer sees what was not done, and why. Plain strings, so reports read them without the
+engine."""
+
+NPU_BRANCH = "code that already handles the NPU"
+DUAL_PATH = "a file with an NPU path beside CUDA"
+GUARDS_CUDA = "it guards CUDA code left"
+VALUE_GUARDS_CUDA = "its value guards CUDA code left"
+OWN_ATTRIBUTE = "the code's own attribute"
+FILE_WORDS = "the file's words rule it out"
+IMPORT_KEPT = "an import kept for uses left"
+REEXPORTED = "an import the file re-exports"
+SUPPRESSED = "suppressed"
