@@ -97,7 +97,7 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "its value reaches `if has_gpu:` (line 11)" in held[("collect_env.py", 9, "NPU101")]
     assert "NPU106" in held[("collect_env.py", 9, "NPU101")]
     assert "NPU203" in held[("launch.py", 8, "NPU101")]
-    assert "a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
+    assert "`_C.nms_rotated(...)`, a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
     assert "NPU819" in held[("export_onnx.py", 7, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]

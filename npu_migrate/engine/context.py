@@ -13,11 +13,11 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.facts import Facts
-from npu_migrate.engine.guards import Site
-from npu_migrate.engine.holds import dual_path, subtree
+from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts
-from npu_migrate.engine.program import Program, Span
+from npu_migrate.engine.program import Span
+from npu_migrate.engine.program_holds import Site
 from npu_migrate.engine.reasons import FILE_WORDS, SUPPRESSED
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import Applicability, Finding, Hold, Severity
@@ -67,11 +67,9 @@ class FileContext:
         suppressions: Suppressions | None = None,
         spans: Mapping[cst.CSTNode, CodeRange] | None = None,
         silenced: frozenset[str] = frozenset(),
-        program: Program | None = None,
         decided: Mapping[tuple[cst.CSTNode, str], Hold] | None = None,
     ) -> None:
         self.module = module
-        self.program = program or Program()
         self.decided = decided or {}  # (node, rule code) -> why the program model holds its fix
         self.silenced = silenced
         self.suppressions = suppressions
@@ -86,6 +84,7 @@ class FileContext:
         self.matches: list[Match] = []
         self.overridden: list[str] = []  # codes of catalog rules a user rule beat on some node
         self.rewritten: cst.Module = module  # the module with the enabled fixes, after the pass
+        self.positions: Mapping[cst.CSTNode, CodeRange] = {}  # of the matches and imports, after it
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node).strip()
@@ -110,21 +109,27 @@ class FileContext:
         return sorted(winners, key=cmp_to_key(compare))
 
     def hold(self, node: cst.CSTNode, rule: Rule) -> Hold | None:
-        """Why the code around `node` holds this rule's fix back (engine.guards decided it, the
-        file already keeps a path for the NPU, or its words rule the fix out), or None."""
-        decided = self.decided.get((node, rule.code))
-        if decided is not None:
-            return decided
-        if self.program.dual_path is not None:
-            return dual_path(self.program.dual_path)
-        return self.file_hold(rule)
+        """Why the code around `node` holds this rule's fix back (the program model decided it,
+        engine.program_holds, or the file's words rule the fix out), or None."""
+        return self.decided.get((node, rule.code)) or self.file_hold(rule)
+
+    def hold_matches(self, holds: Mapping[tuple[cst.CSTNode, str], Hold]) -> None:
+        """Hold the fixes of these matches (none of them applied)."""
+        self.matches = [
+            replace(m, held=held, replacement=None)
+            if (held := holds.get((m.node, m.candidate.rule.code))) is not None
+            else m
+            for m in self.matches
+        ]
 
     def sites(self, spans: Sequence[Span]) -> list[Site]:
-        """The matches as engine.guards sees them, at `spans` (one per match, in the file)."""
+        """The matches as engine.program_holds sees them, at `spans` (one per match, in the file)."""
         return [
-            Site(span, m.code, m.candidate.rule.code, self._fixes(m), self._leaves_cuda(m), self._severe(m))
+            Site(span, m.code, m.candidate.rule.code, self._fixes(m), m.replacement is not None,
+                 self._leaves_cuda(m), self._severe(m),
+                 m.code.rsplit(".", 1)[-1] in m.candidate.rule.probes, m.candidate.attribute)
             for m, span in zip(self.matches, spans, strict=True)
-        ]
+        ]  # fmt: skip
 
     def file_hold(self, rule: Rule) -> Hold | None:
         """Why the file's words hold this rule's fix back (Rule.hold_in_files_with), or None."""
@@ -207,10 +212,9 @@ class FileContext:
 
     @staticmethod
     def _severe(match: Match) -> bool:
-        """Whether the match, left as it is, fails on an NPU (not a note, not harmless there, not
-        the code's own name)."""
+        """Whether the match, left as it is, fails on an NPU (not a note, not harmless there)."""
         rule = match.candidate.rule
-        return rule.severity is not Severity.info and not rule.harmless_on_npu and not match.candidate.owned
+        return rule.severity is not Severity.info and not rule.harmless_on_npu
 
     @property
     def needed_imports(self) -> list[str]:

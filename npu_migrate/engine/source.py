@@ -8,6 +8,7 @@ be parsed alone. Both roads run the same one-pass transformer, so they find the 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import sys
@@ -20,12 +21,12 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from npu_migrate.engine.context import FileContext, Match
-from npu_migrate.engine.guards import guard_holds
 from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
 from npu_migrate.engine.program import Program, Span
+from npu_migrate.engine.program_holds import program_holds
 from npu_migrate.engine.regions import (
     TOP_LEVEL_DEFINITION,
     Placed,
@@ -117,7 +118,6 @@ def scan_regions(
         module = cst.parse_module(code)
     except cst.ParserSyntaxError:
         return None
-    program = _program(text, tree)
     ctx = _match(
         module,
         table,
@@ -125,11 +125,11 @@ def scan_regions(
         index,
         enabled,
         counts,
-        program,
+        lambda focus: _program(text, focus, tree),
         lambda line: file_line(placed, line),
     )
     matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
-    spans = positions(module, [m.node for m in matches])
+    spans = ctx.positions
     findings = [_placed(m.at(spans), placed) for m in matches]
     return FileResult(
         findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
@@ -162,10 +162,10 @@ def migrate_whole(
     words = word_counts(source.decode("latin-1")) if words is None else words
     suppressions = Suppressions.of(source) if MARKER in source else None
     spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
-    program = _program(_text(source))
     plan = index.names.plan(table)
+    model = functools.partial(_program, _text(source))
     ctx = _match(
-        module, table, plan, index, enabled, words, program, suppressions=suppressions, spans=spans_before
+        module, table, plan, index, enabled, words, model, suppressions=suppressions, spans=spans_before
     )
     rewritten = ctx.rewritten
     result = FileResult(
@@ -176,7 +176,7 @@ def migrate_whole(
     matches: list[Match] = [m for m in ctx.matches if not m.suppressed]
     if not matches:
         return result
-    spans = positions(module, [m.node for m in matches] + list(table.imports))
+    spans = ctx.positions
     if any(m.applied for m in matches):
         rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports, table)
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
@@ -210,45 +210,55 @@ def _match(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     words: Collection[str],
-    program: Program,
+    program_of: Callable[[Collection[int]], Program],
     place: Callable[[int], int] = lambda line: line,
     suppressions: Suppressions | None = None,
     spans: Mapping[cst.CSTNode, CodeRange] | None = None,
 ) -> FileContext:
     """The one pass over a module (a whole file or its regions; `words`: the whole file's;
-    `place`: a line of the module -> the file's line): the context holds what it found. The pass
-    runs again, knowing more, where a renamed import must keep its old name or the program model
-    holds a fix back (rare)."""
+    `program_of`: the file's program model around some of its lines; `place`: a line of the module
+    -> the file's line): the context holds what it found. The pass runs again, knowing more, where a
+    renamed import must keep its old name or the program model holds a fix back."""
     decided: dict[tuple[cst.CSTNode, str], Hold] = {}
+    program: Program | None = None
     while True:
-        ctx = FileContext(
-            module, table, plan, enabled, words, suppressions, spans, index.silenced, program, decided
-        )
+        ctx = FileContext(module, table, plan, enabled, words, suppressions, spans, index.silenced, decided)
         ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
         ctx.drop_unaccompanied()
         kept = ctx.bindings_to_keep()
         if kept is not None:
             plan = kept
             continue
-        where = positions(module, [m.node for m in ctx.matches])
-        sites = ctx.sites([_span(where[m.node], place) for m in ctx.matches])
-        more = {
-            (ctx.matches[i].node, ctx.matches[i].candidate.rule.code): why
-            for i, why in guard_holds(sites, program).items()
-        }
+        if not ctx.matches:
+            return ctx
+        ctx.positions = where = positions(module, [m.node for m in ctx.matches] + list(table.imports))
+        spans_in_file = [_span(where[m.node], place) for m in ctx.matches]
+        if program is None:
+            program = program_of({line for s in spans_in_file for line in range(s.line, s.end[0] + 1)})
+        found = program_holds(ctx.sites(spans_in_file), program).items()
+        more = {(ctx.matches[i].node, ctx.matches[i].candidate.rule.code): why for i, why in found}
+        more = {key: why for key, why in more.items() if key not in decided}
         if not more:
             return ctx
         decided |= more
+        if any(m.applied and (m.node, m.candidate.rule.code) in more for m in ctx.matches):
+            continue  # a fix to undo: the pass runs again without it
+        ctx.hold_matches(more)  # nothing was rewritten there: only the findings change
+        kept = ctx.bindings_to_keep()
+        if kept is None:
+            return ctx
+        plan = kept
 
 
 def _span(where: CodeRange, place: Callable[[int], int]) -> Span:
     return Span((place(where.start.line), where.start.column), (place(where.end.line), where.end.column))
 
 
-def _program(text: str, tree: ast.Module | None = None) -> Program:
-    """The program model of a file (an empty one where the stdlib parser cannot read it)."""
+def _program(text: str, focus: Collection[int], tree: ast.Module | None = None) -> Program:
+    """The program model of a file around the `focus` lines (an empty one where the stdlib
+    parser cannot read the file)."""
     try:
-        return Program.of(tree or stdlib_parse(text), split_lines(text))
+        return Program.of(tree or stdlib_parse(text), split_lines(text), focus)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return Program()
 

@@ -192,6 +192,13 @@ class Rule(Strict):
         "cuDNN flag, an NCCL variable): a CUDA guard over it may still be migrated. Otherwise a "
         "guard over code the run leaves as it is keeps its CUDA test, so an NPU run never reaches it.",
     )
+    probes: list[Identifier] = Field(
+        default_factory=list,
+        description="Names this rule matches (their last part: `is_available`, `is_cuda`) whose value "
+        "asks about CUDA and is falsy on a host without it (False, 0) rather than an error. Where "
+        "such a value flows (a variable, an attribute, a helper's return), the code it decides on was "
+        "dead on an NPU before the migration: its fix is held while that code keeps CUDA-only code.",
+    )
     only_with: list[Annotated[str, Field(pattern=CODE_PATTERN)]] = Field(
         default_factory=list,
         description="Report only in files where one of these rules matches too (a check that "

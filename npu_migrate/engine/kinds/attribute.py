@@ -2,7 +2,7 @@
 is not called (a call is a method, the `method:` kind's business) and not inside a dotted chain
 from an imported name (`torch.cuda` in `torch.cuda.synchronize` is a name rule's business). An
 attribute the file's code binds itself (`self.is_cuda = ...`, a class attribute, a method, as
-the program model knows) is the code's own: its fix is held."""
+the program model knows) is the code's own: engine.program_holds holds its fix."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
-from npu_migrate.engine.reasons import OWN_ATTRIBUTE
 from npu_migrate.engine.regions import Anchors, Token
-from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, accessed
 from npu_migrate.rules.base import PlainNames, Strict
 
@@ -47,20 +45,7 @@ class AttributeMatcher(Matcher):
         if not rules or original in self.callees or self._inside_imported_name(original):
             return []
         name = updated.attr.value
-        bound = self.ctx.program.bound_attributes.get(name)
-        held = (
-            Hold(
-                OWN_ATTRIBUTE,
-                f"the code binds `.{name}` itself (line {bound}): it is the code's own attribute, not the "
-                "tensor's, and renaming some of its uses would break the others",
-            )
-            if bound is not None
-            else None
-        )
-        return [
-            Candidate(r, renamed_attribute(r, updated), part=f".{name}", held=held, owned=held is not None)
-            for r in rules
-        ]
+        return [Candidate(r, renamed_attribute(r, updated), part=f".{name}", attribute=name) for r in rules]
 
     def _inside_imported_name(self, node: cst.Attribute) -> bool:
         if self.ctx.facts.is_reference(node):

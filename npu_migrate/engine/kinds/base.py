@@ -39,7 +39,7 @@ class Candidate:
     part: str = ""  # what in the node it is about (an imported name): other parts never compete
     specificity: int = 0  # a rule on a more specific name beats one on a prefix
     held: Hold | None = None  # why the fix must not apply here, as the matcher sees it
-    owned: bool = False  # the code's own name, not CUDA's (held: neither a CUDA test nor CUDA code)
+    attribute: str | None = None  # the attribute it reads, which the code may bind itself (its own)
     hoists: tuple[Hoist, ...] = ()  # statements the fix needs before an earlier line (PatternMatch.hoist)
 
 

@@ -61,6 +61,12 @@ class StringContext(Strict):
     key: list[str] | None = Field(
         default=None, description="Globs over the dict-literal key whose value this is."
     )
+    flows: Literal[True] | None = Field(
+        default=None,
+        description="A variable assigned the literal in a function that passes the variable where "
+        'one of this rule\'s `argument` places expects it (`arg = "cuda:0"` ... '
+        "`return torch.device(arg)`): the literal's use is visible in the function.",
+    )
     anywhere: Literal[True] | None = Field(
         default=None,
         description="Any literal at all: the last resort that reports a literal whose role cannot "
@@ -102,6 +108,37 @@ class StringMatcher(Matcher):
         super().__init__(ctx, kind)
         self.marked: dict[cst.CSTNode, list[Rule]] = {}  # string literal -> rules whose context it is in
         self.messages: dict[cst.CSTNode, set[str]] = {}  # literal -> codes of rules it is a message for
+        # The variables an outermost function passes where a `flows` rule's argument places expect
+        # them: (function, name) -> those rules; read once per function, when it assigns a literal
+        # such a rule matches to a variable.
+        self.flowing: dict[tuple[cst.FunctionDef, str], list[StringRule]] = {}
+        self.read_flows: set[cst.FunctionDef] = set()
+        self.flow_rules = [s for s in kind.strings if any(w.flows for w in s.where)]
+
+    def _flows_of(self, function: cst.FunctionDef, name: str, value: cst.BaseExpression) -> list[StringRule]:
+        texts = [static_text(s) for s in strings_in(value)]
+        if not any(t is not None and s.regex.fullmatch(t) for s in self.flow_rules for t in texts):
+            return []
+        if function not in self.read_flows:
+            self.read_flows.add(function)
+            for call in _calls_in(function):
+                self._note_flows(function, call)
+        return self.flowing.get((function, name), [])
+
+    def _note_flows(self, function: cst.FunctionDef, call: cst.Call) -> None:
+        qualified = callee(self.ctx, call)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        for string_rule in self.flow_rules:
+            for where in string_rule.where:
+                place = where.argument
+                if place is None or not callee_is(place, qualified, method):
+                    continue
+                if not conditions_hold(self.ctx, call, place.when, place.signature):
+                    continue
+                for value in arguments(call, place):
+                    if isinstance(value, cst.Name):
+                        rules = self.flowing.setdefault((function, value.value), [])
+                        rules += [] if string_rule in rules else [string_rule]
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
         for string in strings_in(value):
@@ -161,6 +198,10 @@ class StringMatcher(Matcher):
         name = _assigned_name(target)
         if name is not None:
             self._mark_where("assign", value, lambda globs: _glob(name, globs))
+        functions = self.ctx.facts.functions
+        if self.flow_rules and functions and isinstance(target, cst.Name) and value is not None:
+            for string_rule in self._flows_of(functions[0], target.value, value):
+                self._mark(string_rule, value)
 
     def visit_Param(self, node: cst.Param) -> None:
         self._mark_where("param", node.default, lambda globs: _glob(node.name.value, globs))
@@ -244,8 +285,21 @@ class StringKind(Kind[StringMatch]):
             prefilter.need_regex(string.regex.pattern)
 
     def anchor(self, anchors: Anchors) -> None:
+        """A literal's text; a rule whose literal may flow through a variable reads the whole
+        function around it (the variable's use is there)."""
         for string in self.strings:
-            anchors.rule([Token.regex(string.regex.pattern)])
+            anchors.rule([Token.regex(string.regex.pattern)], function=any(w.flows for w in string.where))
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    calls: list[cst.Call] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            calls.append(call)
+
+    node.visit(Collect())
+    return calls
 
 
 def _glob(name: str, globs: list[str]) -> bool:
@@ -280,6 +334,8 @@ def _contexts_overlap(a: StringContext, b: StringContext) -> bool:
         )
     if a.subscript is not None and b.subscript is not None:
         return _callees_overlap(a.subscript, b.subscript)
+    if a.flows and b.flows:
+        return True
     for field in ("compare", "assign", "param", "key"):
         globs_a, globs_b = getattr(a, field), getattr(b, field)
         if globs_a is not None and globs_b is not None:

@@ -21,8 +21,9 @@ It knows:
 from __future__ import annotations
 
 import ast
+import bisect
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from npu_migrate.engine.program.spans import Columns, Span
@@ -50,6 +51,7 @@ class Value:
     span: Span
     reads: frozenset[Key]
     conjunctive: bool  # as Guard.conjunctive
+    question: bool  # a comparison, `and`/`or`, `not`: a question whatever it asks
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,14 @@ class Program:
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
 
     @classmethod
-    def of(cls, tree: ast.Module, lines: Sequence[str]) -> Program:
-        return _Reader(lines).read(tree)
+    def of(cls, tree: ast.Module, lines: Sequence[str], focus: Collection[int] | None = None) -> Program:
+        """The model of a module; with `focus` (lines), of the functions and classes around those
+        lines and the module's other statements only (a definition with no focus line in it can
+        neither guard nor hold a match; reading it would cost most of the time)."""
+        program = _Reader(lines, sorted(focus) if focus is not None else None).read(tree)
+        if any("torch_npu" in line or "npu_available" in line for line in lines):
+            program.dual_path = _dual_path(tree)
+        return program
 
 
 # A module that is a compiled extension by its name (`_C`, `selective_scan_cuda`, `_ext`,
@@ -77,8 +85,11 @@ _EXTENSION_MODULE = re.compile(r"(?:^|_)(?:C|ext|cuda|cpp|kernels?)$")
 # Calls whose result is a compiled extension: torch.utils.cpp_extension's loaders, mmcv's
 # ext_loader.load_ext, DeepSpeed's `SomeBuilder().load()`.
 _EXTENSION_LOADERS = frozenset({"load_ext", "load_inline"})
+# Packages whose modules are not the project's extensions (`from torch import cuda`).
+_NOT_EXTENSIONS = frozenset({"torch", "torch_npu", "torchvision", "numpy", "jax", "tensorflow"})
 _NPU_AVAILABLE = re.compile(r"^is_(?:torch_)?npu_available$")
 _SKIPS = frozenset({"skipif", "skipIf", "skipUnless"})
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _EXITS = frozenset({"skip", "skipTest", "exit", "_exit", "fail"})  # pytest.skip, self.skipTest, sys.exit
 
 
@@ -91,8 +102,9 @@ class _Scope:
 
 
 class _Reader(ast.NodeVisitor):
-    def __init__(self, lines: Sequence[str]) -> None:
+    def __init__(self, lines: Sequence[str], focus: list[int] | None) -> None:
         self.lines = lines
+        self.focus = focus
         self.columns = Columns(lines)
         self.program = Program()
         self.scopes: list[_Scope] = [_Scope(None, None)]
@@ -101,11 +113,6 @@ class _Reader(ast.NodeVisitor):
 
     def read(self, tree: ast.Module) -> Program:
         self._block(tree.body)
-        self.program.native_calls = [
-            NativeCall(self.columns.span(node), self._first_line(node))
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and _root(node.func) in self.extensions
-        ]
         return self.program
 
     # ------------------------------------------------------------------ walking, with blocks and scopes
@@ -125,12 +132,22 @@ class _Reader(ast.NodeVisitor):
     def _block(self, body: list[ast.stmt]) -> None:
         """A block's statements; an early exit or an assert guards the rest of the block."""
         for i, statement in enumerate(body):
-            rest = self.columns.around(body[i + 1 :])
-            if rest is not None and isinstance(statement, ast.If) and _exits(statement):
-                self._guard(statement.test, [rest], statement)
-            if rest is not None and isinstance(statement, ast.Assert):
-                self._guard(statement.test, [rest], statement)
+            if isinstance(statement, _DEFINITIONS) and not self._in_focus(statement):
+                if self.scopes[-1].is_class:
+                    self._bind_attribute(statement.name, statement)
+                continue
+            exits = isinstance(statement, ast.If) and _exits(statement)
+            if (exits or isinstance(statement, ast.Assert)) and i + 1 < len(body):
+                rest = self.columns.around(body[i + 1 :])
+                self._guard(statement.test, [rest], statement)  # type: ignore[attr-defined,list-item]
             self.visit(statement)
+
+    def _in_focus(self, node: ast.stmt) -> bool:
+        if self.focus is None:
+            return True
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        at = bisect.bisect_left(self.focus, first)
+        return at < len(self.focus) and self.focus[at] <= (node.end_lineno or node.lineno)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         owner = self.scopes[-1]
@@ -259,8 +276,6 @@ class _Reader(ast.NodeVisitor):
                 self._value(self._resolve(target.id), value)
             if _is_extension(value, self.loaders):
                 self.extensions.add(target.id)
-            if target.id == "torch_npu" and isinstance(value, ast.Constant) and value.value is None:
-                self._dual(f"line {target.lineno} sets torch_npu = None where torch_npu is missing")
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = node.args
@@ -272,7 +287,7 @@ class _Reader(ast.NodeVisitor):
 
     def _value(self, key: Key, value: ast.expr) -> None:
         self.program.values.setdefault(key, []).append(
-            Value(key, self.columns.span(value), self._reads(value), _conjunctive(value))
+            Value(key, self.columns.span(value), self._reads(value), _conjunctive(value), _question(value))
         )
 
     def _bind_attribute(self, name: str, node: ast.AST) -> None:
@@ -303,41 +318,51 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if _EXTENSION_MODULE.search(alias.name.rsplit(".", 1)[-1]):
-                self.extensions.add(alias.asname or alias.name.split(".")[0])
+            dotted = alias.name.split(".")
+            if dotted[0] in _NOT_EXTENSIONS or not _EXTENSION_MODULE.search(dotted[-1]):
+                continue
+            if alias.asname or len(dotted) == 1:  # `import a.b_cuda` binds `a`, not the extension
+                self.extensions.add(alias.asname or alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         for alias in node.names:
             local = alias.asname or alias.name
-            if _EXTENSION_MODULE.search(alias.name):
+            package = (node.module or "").split(".")[0]
+            if package not in _NOT_EXTENSIONS and _EXTENSION_MODULE.search(alias.name):
                 self.extensions.add(local)
             if node.module == "torch.utils.cpp_extension" and alias.name in {"load", "load_inline"}:
                 self.loaders.add(local)
 
-    def visit_Try(self, node: ast.Try) -> None:
-        imports = [
-            s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom) and _imports_torch_npu(s)
-        ]
-        goes_on = any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
-        if imports and goes_on:
-            self._dual(f"line {imports[0].lineno} imports torch_npu in a try and goes on without it")
-        self.generic_visit(node)
-
-    visit_TryStar = visit_Try  # ast.TryStar (3.11) has a try's fields
-
     def visit_Call(self, node: ast.Call) -> None:
-        if _NPU_AVAILABLE.match(_last(node.func) or ""):
-            self._dual(f"line {node.lineno} asks {_last(node.func)}()")
+        if _root(node.func) in self.extensions:
+            self.program.native_calls.append(
+                NativeCall(self.columns.span(node), f"{ast.unparse(node.func)}(...)")
+            )
         self.generic_visit(node)
-
-    def _dual(self, why: str) -> None:
-        if self.program.dual_path is None:
-            self.program.dual_path = why
 
     def _first_line(self, node: ast.stmt | ast.expr) -> str:
         line = self.lines[node.lineno - 1] if 0 < getattr(node, "lineno", 0) <= len(self.lines) else ""
         text = line.strip()
         return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dual_path(tree: ast.Module) -> str | None:
+    """Why the module already keeps a path for the NPU beside CUDA: a `try` that imports
+    torch_npu and goes on without it, `torch_npu = None`, a call of is_torch_npu_available()."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
+            imports = [s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom) and _imports_npu(s)]
+            goes_on = any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
+            if imports and goes_on:
+                return f"line {imports[0].lineno} imports torch_npu in a try and goes on without it"
+        elif (
+            isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None
+        ):
+            if any(isinstance(t, ast.Name) and t.id == "torch_npu" for t in node.targets):
+                return f"line {node.lineno} sets torch_npu = None where torch_npu is missing"
+        elif isinstance(node, ast.Call) and _NPU_AVAILABLE.match(_last(node.func) or ""):
+            return f"line {node.lineno} asks {_last(node.func)}()"
+    return None
 
 
 def _root(node: ast.expr) -> str | None:
@@ -381,6 +406,12 @@ def _conjunctive(test: ast.expr) -> bool:
     return True
 
 
+def _question(value: ast.expr) -> bool:
+    return isinstance(value, ast.Compare | ast.BoolOp) or (
+        isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)
+    )
+
+
 def _is_extension(value: ast.expr, loaders: set[str]) -> bool:
     """`load_ext(...)`, `cpp_extension.load(...)`, `SomeBuilder().load()`."""
     if not isinstance(value, ast.Call):
@@ -396,7 +427,7 @@ def _is_extension(value: ast.expr, loaders: set[str]) -> bool:
     return False
 
 
-def _imports_torch_npu(statement: ast.Import | ast.ImportFrom) -> bool:
+def _imports_npu(statement: ast.Import | ast.ImportFrom) -> bool:
     if isinstance(statement, ast.ImportFrom):
         return (statement.module or "").split(".")[0] == "torch_npu"
     return any(a.name.split(".")[0] == "torch_npu" for a in statement.names)

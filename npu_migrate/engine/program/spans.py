@@ -4,7 +4,7 @@ character columns (the stdlib parser counts columns in UTF-8 bytes)."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 Position = tuple[int, int]  # (line, character column)
@@ -43,7 +43,6 @@ class Columns:
             (end_line, self._column(end_line, node.end_col_offset or 0)),
         )
 
-    def around(self, nodes: Iterable[ast.stmt | ast.expr]) -> Span | None:
+    def around(self, nodes: Sequence[ast.stmt | ast.expr]) -> Span | None:
         """The span from the first of `nodes` to the last; None for none."""
-        spans = [self.span(n) for n in nodes]
-        return Span(spans[0].start, spans[-1].end) if spans else None
+        return Span(self.span(nodes[0]).start, self.span(nodes[-1]).end) if nodes else None

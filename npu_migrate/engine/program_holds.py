@@ -1,10 +1,17 @@
-"""Guards over code left CUDA: a fix that rewrites what a guard tests is held back when the code
-the guard decides on keeps CUDA-only code (a manual finding, a fix the run does not make, a
-call into a compiled extension). Rewritten, the test would lead an NPU run into that code,
-which was dead and harmless before the migration. Decided from the program model, so every
-form of guard counts (`if`, `while`, `and`/`or`, `not`, a conditional expression, a loop's
-bound, an early exit, an `assert`, a test-skipping decorator) and a test is followed to the
-values it reads (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return)."""
+"""The holds the program model decides, after the pass has found every match, so that migrated
+code is never worse than unmigrated code:
+
+* a file that already keeps a path for the NPU beside CUDA: every fix is held (rewritten for the
+  NPU, its GPU path would break);
+* an attribute the code binds itself (`self.is_cuda = ...`): the code's own, not the tensor's;
+  neither a CUDA test nor CUDA code;
+* a guard over code left CUDA: a fix that rewrites what a guard tests is held back when the code
+  the guard decides on keeps CUDA-only code (a manual finding, a fix the run does not make, a
+  call into a compiled extension). Rewritten, the test would lead an NPU run into that code,
+  which was dead and harmless before the migration. Every form of guard counts (`if`, `while`,
+  `and`/`or`, `not`, a conditional expression, a loop's bound, an early exit, an `assert`, a
+  test-skipping decorator), and a test is followed to the values it reads that ask about CUDA
+  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return)."""
 
 from __future__ import annotations
 
@@ -12,9 +19,10 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from npu_migrate.engine.holds import dual_path
 from npu_migrate.engine.program import Guard, Program, Span
 from npu_migrate.engine.program.model import Key
-from npu_migrate.engine.reasons import GUARDS_CUDA, VALUE_GUARDS_CUDA
+from npu_migrate.engine.reasons import GUARDS_CUDA, OWN_ATTRIBUTE, VALUE_GUARDS_CUDA
 from npu_migrate.model import Hold
 
 STAYS = "which stays CUDA code: migrate that first"
@@ -28,16 +36,37 @@ class Site:
     code: str
     rule: str
     fixes: bool  # the run fixes it (for a scan: a default apply would)
+    has_fix: bool  # its rule has a fix for it (made or not by this run)
     leaves: bool  # it stays CUDA code that fails on an NPU
     severe: bool  # held back, it would stay such code (not a note, not harmless on an NPU)
+    probe: bool  # its value asks about CUDA, falsy without it (Rule.probes)
+    attribute: str | None  # the attribute it reads, which the code may bind itself
 
 
-def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
+def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     """The sites whose fix must be held back, with why (by index into `sites`)."""
-    fixes = [s.fixes for s in sites]
+    if program.dual_path is not None:
+        return {i: dual_path(program.dual_path) for i, s in enumerate(sites) if s.has_fix}
+    held: dict[int, Hold] = {}
+    own = [s.attribute is not None and s.attribute in program.bound_attributes for s in sites]
+    for i, site in enumerate(sites):
+        if own[i] and site.fixes and site.attribute is not None:
+            line = program.bound_attributes[site.attribute]
+            held[i] = Hold(
+                OWN_ATTRIBUTE,
+                f"the code binds `.{site.attribute}` itself (line {line}): it is the code's own attribute, "
+                "not the tensor's, and renaming some of its uses would break the others",
+            )
+    fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
+    leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
+    return held | _guard_holds(sites, program, fixes, leaves)
+
+
+def _guard_holds(
+    sites: Sequence[Site], program: Program, fixes: list[bool], leaves: list[bool]
+) -> dict[int, Hold]:
     if not any(fixes) or not program.guards:
         return {}
-    leaves = [s.leaves for s in sites]
     order = sorted(range(len(sites)), key=lambda i: sites[i].span.start)
     starts = [sites[i].span.start for i in order]
     natives = sorted(program.native_calls, key=lambda c: c.span.start)
@@ -59,8 +88,9 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
         return None
 
     def fixed_sources(keys: frozenset[Key]) -> list[int]:
-        """The fixed sites in the values a test reads, followed through the values they read
-        until a value that its own sites keep as it was (an atom, `not`, `and`)."""
+        """The fixed sites in the values a test reads that ask about CUDA (a comparison, a probe),
+        followed through the values they read until a value that its own sites keep as it was
+        (an atom, `not`, `and`)."""
         found: list[int] = []
         seen: set[Key] = set()
         todo = list(keys)
@@ -70,7 +100,10 @@ def guard_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
                 continue
             seen.add(key)
             for value in program.values.get(key, ()):
-                found += [i for i in inside(value.span) if fixes[i]]
+                there = inside(value.span)
+                if there and not value.question and not any(sites[i].probe for i in there):
+                    continue  # data (`model.cuda()`), not a question: what reads it was not dead before
+                found += [i for i in there if fixes[i]]
                 if not (value.conjunctive and keeps(value.span)):
                     todo.extend(value.reads)
         return found
