@@ -24,13 +24,14 @@ import torch
 import torch_npu
 import pytest
 
-import collect_env, export_onnx, nms, train
+import collect_env, export_onnx, nms, select_device, train
 
 assert "GPU available: False" in collect_env.collect_env_info()  # no CUDA capability asked for
 assert export_onnx.session_providers() == ["CPUExecutionProvider"]
 kept = nms.nms_rotated(torch.randn(6, 5).npu(), torch.rand(6).npu(), 0.5)  # the portable path
 assert kept.numel() >= 1
 train.main()  # the loader's own is_cuda flag still reads back
+assert select_device.select_device("").type == "npu"  # trains on the NPU, not on the CPU
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
 print("all ran")
 """
@@ -73,6 +74,11 @@ def test_the_codes_own_attribute_is_not_renamed(migrated: Path) -> None:
 
 def test_a_file_that_keeps_a_path_for_the_npu_stays_byte_identical(migrated: Path) -> None:
     assert (migrated / "hub_utils.py").read_bytes() == (SOURCES / "hub_utils.py").read_bytes()
+
+
+def test_a_device_string_whose_use_the_function_shows_is_migrated(migrated: Path) -> None:
+    device = read(migrated, "select_device.py")
+    assert 'arg = "npu:0"' in device and "torch.npu.is_available()" in device
 
 
 def test_plain_cuda_code_beside_them_is_migrated(migrated: Path) -> None:

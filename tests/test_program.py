@@ -1,0 +1,147 @@
+"""The program model (engine.program) and the holds it decides (engine.program_holds): each guard
+form, each way a value flows, and what stops the flow, unit by unit through the engine."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.program import Program
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.model import Applicability, FileResult
+from npu_migrate.rules.load import load_rules
+
+INDEX = RuleIndex(load_rules())
+SAFE = frozenset({Applicability.safe})
+
+
+def run(code: str) -> tuple[str, FileResult]:
+    result = migrate_source(code.encode(), INDEX, SAFE)
+    assert result.error is None, result.error
+    return (result.new_source or code.encode()).decode(), result
+
+
+def reasons(result: FileResult) -> dict[tuple[str, int], str]:
+    return {(f.rule.code, f.line): f.held.reason for f in result.findings if f.held}
+
+
+CAPABILITY = "torch.cuda.get_device_capability()"  # NPU106: manual, stays CUDA code
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        f"import torch\nok = not torch.cuda.is_available() or {CAPABILITY}[0] < 8\n",
+        f"import torch\nfor k in range(torch.cuda.device_count()):\n    print({CAPABILITY})\n",
+        f"import torch\ncaps = [{CAPABILITY} for k in range(torch.cuda.device_count())]\n",
+        f"import torch\ndef f():\n    assert torch.cuda.is_available()\n    return {CAPABILITY}\n",
+        f"import torch\ndef f():\n    if not torch.cuda.is_available():\n        pytest.skip('no GPU')\n"
+        f"    return {CAPABILITY}\n",
+        f"import pytest, torch\n@pytest.mark.skipif(not torch.cuda.is_available(), reason='GPU')\n"
+        f"def test_f():\n    {CAPABILITY}\n",
+        f"import torch\nwhile torch.cuda.is_available():\n    {CAPABILITY}\n",
+        f"import torch\nx = {CAPABILITY} if torch.cuda.is_available() else None\n",
+    ],
+    ids=["or", "loop-bound", "comprehension", "assert", "skip-exit", "skipif", "while", "ifexp"],
+)
+def test_every_guard_form_keeps_its_cuda_test(code: str) -> None:
+    new, result = run(code)
+    assert new == code  # the test stays CUDA: an NPU host skips the capability call as before
+    assert set(reasons(result).values()) == {"it guards CUDA code left"}
+
+
+@pytest.mark.parametrize(
+    ("code", "probe_line"),
+    [
+        (f"import torch\nuse = torch.cuda.is_available()\ndef f():\n    if use:\n        {CAPABILITY}\n", 2),
+        (f"import torch\nclass M:\n    def __init__(self):\n        self.gpu = torch.cuda.is_available()\n"
+         f"    def f(self):\n        if self.gpu:\n            {CAPABILITY}\n", 4),
+        (f"import torch\ndef has_gpu():\n    return torch.cuda.is_available()\n"
+         f"if has_gpu():\n    {CAPABILITY}\n", 3),
+        (f"import torch\ndef f(gpu=torch.cuda.is_available()):\n    if gpu:\n        {CAPABILITY}\n", 2),
+        (f"import torch\na = torch.cuda.is_available()\nb = a\nif b:\n    {CAPABILITY}\n", 2),
+        (f"import torch\ndef f(d):\n    gpu = d.type == 'cuda'\n    if gpu:\n        {CAPABILITY}\n", 3),
+    ],
+    ids=["variable", "attribute", "helper-return", "default", "alias", "comparison"],
+)  # fmt: skip
+def test_a_probe_is_followed_through_the_value_it_flows_into(code: str, probe_line: int) -> None:
+    new, result = run(code)
+    assert new == code
+    assert any(
+        line == probe_line and why == "its value guards CUDA code left"
+        for (_, line), why in reasons(result).items()
+    )
+
+
+def test_data_is_not_a_question() -> None:
+    """`model = model.cuda()` flows into `str(model.device)`: what reads it was not dead on an NPU
+    before (the .cuda() call raised), so the move to the NPU is made (ultralytics' test_cuda)."""
+    code = f"import torch\nmodel = model.cuda()\nif str(model.device) == 'cpu':\n    {CAPABILITY}\n"
+    new, _ = run(code)
+    assert "model = model.npu()" in new
+
+
+def test_a_conjunction_kept_by_its_own_probe_is_not_followed_further() -> None:
+    code = (
+        "import torch\n"
+        "def loader(device=torch.device('cuda')):\n"
+        "    on_gpu = torch.cuda.is_available() and device.type == 'cuda'\n"
+        f"    if on_gpu:\n        {CAPABILITY}\n"
+    )
+    new, _ = run(code)
+    assert "device=torch.device('npu')" in new  # the default needs no hold: the `and` is kept CUDA-false
+    assert "on_gpu = torch.cuda.is_available() and device.type == 'cuda'" in new
+
+
+def test_a_guard_over_migrated_code_is_migrated() -> None:
+    code = "import torch\nuse = torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n"
+    new, result = run(code)
+    assert "use = torch.npu.is_available()" in new and "torch.npu.synchronize()" in new
+    assert not reasons(result)
+
+
+def test_calls_into_compiled_extensions_are_cuda_code() -> None:
+    for extension in (
+        "from . import _C",
+        "import selective_scan_cuda as _C",
+        "_C = load_ext('_ext', ['nms'])",
+    ):
+        code = f"import torch\n{extension}\ndef f(x):\n    if x.is_cuda:\n        return _C.nms(x)\n"
+        new, result = run(code)
+        assert "if x.is_cuda:" in new, extension
+        assert reasons(result) == {("NPU104", 4): "it guards CUDA code left"}
+    torch_own = (
+        "import torch\nimport torch.cuda\ndef f(x):\n    if x.is_cuda:\n        torch.cuda.synchronize()\n"
+    )
+    assert "if x.is_npu:" in run(torch_own)[0]  # `import torch.cuda` binds torch, not an extension
+
+
+@pytest.mark.parametrize(
+    "dual",
+    [
+        "try:\n    import torch_npu\nexcept ImportError:\n    pass\n",
+        "torch_npu = None\n",
+        "from accelerate.utils import is_npu_available\nif is_npu_available():\n    pass\n",
+    ],
+)
+def test_a_file_that_keeps_a_path_for_the_npu_is_left_for_its_gpu_path(dual: str) -> None:
+    code = f"import torch\n{dual}torch.cuda.synchronize()\n"
+    new, result = run(code)
+    assert new == code
+    assert set(reasons(result).values()) == {"a file with an NPU path beside CUDA"}
+
+
+def test_a_torch_npu_import_that_must_succeed_is_not_a_second_path() -> None:
+    code = "try:\n    import torch_npu\nexcept ImportError:\n    raise SystemExit('no torch_npu')\n"
+    assert Program.of(ast.parse(code), code.splitlines(True)).dual_path is None
+
+
+def test_the_model_reads_only_definitions_around_the_focus_lines() -> None:
+    code = "def a():\n    if x:\n        y()\n\ndef b():\n    if z:\n        w()\n"
+    lines = code.splitlines(True)
+    everything = Program.of(ast.parse(code), lines)
+    focused = Program.of(ast.parse(code), lines, focus={6})
+    assert [g.header for g in everything.guards] == ["if x:", "if z:"]
+    assert [g.header for g in focused.guards] == ["if z:"]
