@@ -113,7 +113,7 @@ def run_rules(
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
         return outcomes  # no custom operator to link (and no engine to import on a warm run)
     from npu_migrate.engine.index import RuleIndex
-    from npu_migrate.operator_links import link_operators
+    from npu_migrate.handlers.operator_links import link_operators
 
     return link_operators(outcomes, RuleIndex(source.rules, source.silenced))
 
@@ -214,17 +214,17 @@ def _supervise(
 
 HANDLERS = {  # kind of file (discover.file_kind) -> the module and function that migrate it
     "python": ("npu_migrate.engine.source", "migrate_source"),
-    "notebook": ("npu_migrate.notebook", "migrate_notebook"),
-    "shell": ("npu_migrate.shell", "migrate_shell"),
-    "requirements": ("npu_migrate.dependencies", "migrate_requirements"),
-    "pyproject": ("npu_migrate.dependencies", "migrate_pyproject"),
-    "setup.py": ("npu_migrate.dependencies", "migrate_setup_py"),
-    "setup.cfg": ("npu_migrate.dependencies", "migrate_setup_cfg"),
-    "conda": ("npu_migrate.dependencies", "migrate_conda"),
-    "config": ("npu_migrate.configs", "migrate_config"),
-    "dockerfile": ("npu_migrate.embedded_shell", "migrate_dockerfile"),
-    "makefile": ("npu_migrate.embedded_shell", "migrate_makefile"),
-    "native": ("npu_migrate.native", "migrate_native"),
+    "notebook": ("npu_migrate.handlers.notebook", "migrate_notebook"),
+    "shell": ("npu_migrate.handlers.shell", "migrate_shell"),
+    "requirements": ("npu_migrate.handlers.dependencies", "migrate_requirements"),
+    "pyproject": ("npu_migrate.handlers.dependencies", "migrate_pyproject"),
+    "setup.py": ("npu_migrate.handlers.dependencies", "migrate_setup_py"),
+    "setup.cfg": ("npu_migrate.handlers.dependencies", "migrate_setup_cfg"),
+    "conda": ("npu_migrate.handlers.dependencies", "migrate_conda"),
+    "config": ("npu_migrate.handlers.configs", "migrate_config"),
+    "dockerfile": ("npu_migrate.handlers.embedded_shell", "migrate_dockerfile"),
+    "makefile": ("npu_migrate.handlers.embedded_shell", "migrate_makefile"),
+    "native": ("npu_migrate.handlers.native", "migrate_native"),
 }
 
 

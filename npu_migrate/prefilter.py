@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
+from npu_migrate.engine.regex import RuleRegex, compile_rule_regex
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from npu_migrate.discover import kind_of
+from npu_migrate.handlers.shell import IN_TEXT
 from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.shell import IN_TEXT
 from npu_migrate.write import write_atomic
 
 _EXISTING = re.compile(r"#\s*npu-migrate:\s*ignore\[(?P<codes>[^\]]*)\]")

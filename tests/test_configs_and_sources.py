@@ -8,8 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from npu_migrate.embedded_shell import dockerfile_view, makefile_view
-from npu_migrate.native import registrations
+from npu_migrate.handlers.embedded_shell import dockerfile_view, makefile_view
+from npu_migrate.handlers.native import registrations
 from tests.fixture_cases import run_cli
 from tests.test_dependencies import found, migrate
 

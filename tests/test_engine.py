@@ -7,8 +7,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.source import migrate_source
-from npu_migrate.model import ModulePath
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability, ModulePath
 from npu_migrate.rules.load import load_rules
 
 SAFE = frozenset({Applicability.safe})

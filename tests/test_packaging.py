@@ -53,3 +53,19 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
     from npu_migrate.rules.load import load_rules
 
     assert int(count) == len(load_rules())
+
+
+def test_the_layers_import_downwards_only() -> None:
+    """The engine, its match kinds and the handlers import nothing from `rules/` (the rule schema
+    is assembled from the kinds, never the other way round), and scanning imports no torch."""
+    code = (
+        "import sys\n"
+        "import npu_migrate.engine.source, npu_migrate.engine.kinds, npu_migrate.pipeline\n"
+        "from npu_migrate.pipeline import HANDLERS, handler\n"
+        "for kind in HANDLERS: handler(kind)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('npu_migrate.rules', 'torch'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert result.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable
 from npu_migrate.engine.patterns import Pattern
 from npu_migrate.engine.source import migrate_source
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability
 from npu_migrate.rules.schema import Rule
 
 SAFE = frozenset({Applicability.safe})

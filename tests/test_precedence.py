@@ -12,7 +12,7 @@ import yaml
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.source import migrate_source
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability
 from npu_migrate.rules.files import RuleError
 from npu_migrate.rules.load import load_rules
 

@@ -16,12 +16,12 @@ from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts
+from npu_migrate.engine.precedence import compare
 from npu_migrate.engine.program import Span
 from npu_migrate.engine.program_holds import Site
 from npu_migrate.engine.reasons import FILE_WORDS, SUPPRESSED
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.model import Applicability, Finding, Hold, Severity
-from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
     from npu_migrate.engine.kinds.base import Candidate, Fixed

@@ -10,7 +10,7 @@ import libcst as cst
 
 from npu_migrate.engine.imports import ImportPlan, import_path
 from npu_migrate.engine.names import ImportTable
-from npu_migrate.rules.regex import compile_rule_regex
+from npu_migrate.engine.regex import compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import KeywordEdit, Rule, Substitute

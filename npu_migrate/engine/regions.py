@@ -27,8 +27,8 @@ from itertools import accumulate
 
 from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
+from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import NO_MODULE, ModulePath
-from npu_migrate.rules.regex import compile_rule_regex
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _QUOTE = re.compile("[\"']")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from npu_migrate.rules.base import Applicability
+from npu_migrate.model import Applicability
 from npu_migrate.rules.schema import Rule
 
 SAFETY = {

@@ -11,9 +11,9 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.engine.kinds import KINDS, kind_of
+from npu_migrate.engine.kinds.fields import Applicability, Regex, Severity, Strict
 from npu_migrate.engine.patterns import METAVARIABLE
 from npu_migrate.model import RuleInfo
-from npu_migrate.rules.base import Applicability, Regex, Severity, Strict
 
 # Built-in codes are NPU + 3 digits; a team's own rules take their own prefix (ACME101).
 CODE_PATTERN = r"^[A-Z]{2,8}\d{3}$"

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from npu_migrate.discover import file_kind
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds import content_of
+from npu_migrate.model import Applicability
 from npu_migrate.pipeline import handler
-from npu_migrate.rules.base import Applicability
 from npu_migrate.rules.schema import Example, Rule
 
 ALL_FIXES = frozenset({Applicability.safe, Applicability.unsafe})

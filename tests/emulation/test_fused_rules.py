@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from npu_migrate.emulation import ops, optim  # noqa: E402
 from npu_migrate.engine.index import RuleIndex  # noqa: E402
 from npu_migrate.engine.source import migrate_source  # noqa: E402
-from npu_migrate.rules.base import Applicability  # noqa: E402
+from npu_migrate.model import Applicability  # noqa: E402
 from npu_migrate.rules.load import load_rules  # noqa: E402
 
 FUSED = RuleIndex([r for r in load_rules() if r.category == "fused"])

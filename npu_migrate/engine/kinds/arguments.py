@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from npu_migrate.engine.kinds.fields import ArgCondition, Argument
 from npu_migrate.engine.names import dotted_parts, name_matches
 from npu_migrate.engine.patterns import code_of
-from npu_migrate.rules.base import ArgCondition, Argument
-from npu_migrate.rules.regex import compile_rule_regex
+from npu_migrate.engine.regex import compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
@@ -43,7 +43,7 @@ def callee_is(place: Argument, qualified: str | None, method: str | None) -> boo
 
 
 def callee_is_one_of(callees: Sequence[str], qualified: str | None, method: str | None) -> bool:
-    """Whether a call's callee is one of `callees` (see rules.base.Callees)."""
+    """Whether a call's callee is one of `callees` (see engine.kinds.fields.Callees)."""
     if "*" in callees or (method and f".{method}" in callees):
         return True
     return name_matches(qualified, list(callees))

@@ -14,9 +14,9 @@ from pydantic import Field
 
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
+from npu_migrate.engine.kinds.fields import PlainNames, Strict
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
-from npu_migrate.rules.base import PlainNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
 
 import libcst as cst
 
-from npu_migrate.rules.base import Strict
+from npu_migrate.engine.kinds.fields import Strict
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext

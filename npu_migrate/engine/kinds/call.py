@@ -14,11 +14,11 @@ from npu_migrate.engine.fixes import chain_source, edit_keywords, replace_expres
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, parameter
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.kinds.fields import ArgCondition, QualifiedNames, Strict
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import code_of, fill
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import ArgCondition, QualifiedNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule

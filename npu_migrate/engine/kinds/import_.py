@@ -10,10 +10,10 @@ import libcst as cst
 from pydantic import Field
 
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.kinds.fields import QualifiedNames, Strict
 from npu_migrate.engine.names import NameTable, module_name
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import QualifiedNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule

@@ -13,10 +13,10 @@ from pydantic import Field
 from npu_migrate.engine.fixes import renamed_attribute
 from npu_migrate.engine.kinds.arguments import conditions_hold, fits
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
+from npu_migrate.engine.kinds.fields import ArgCondition, PlainNames, Strict
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, accessed
-from npu_migrate.rules.base import ArgCondition, PlainNames, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule

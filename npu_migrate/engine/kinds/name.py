@@ -22,13 +22,13 @@ from npu_migrate.engine.imports import (
     renamed_by,
 )
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
+from npu_migrate.engine.kinds.fields import QualifiedNames, Strict
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
+from npu_migrate.engine.precedence import compare
 from npu_migrate.engine.reasons import IMPORT_KEPT, REEXPORTED
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
-from npu_migrate.rules.base import QualifiedNames, Strict
-from npu_migrate.rules.precedence import compare
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext

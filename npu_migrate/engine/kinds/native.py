@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
+from npu_migrate.engine.kinds.fields import Regex, Strict
 from npu_migrate.engine.kinds.site import SiteKind, full_match
-from npu_migrate.rules.base import Regex, Strict
 
 if TYPE_CHECKING:
     from npu_migrate.engine.sites import Site

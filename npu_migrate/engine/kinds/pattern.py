@@ -14,11 +14,11 @@ from pydantic import AfterValidator, Field, model_validator
 
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
+from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.names import dotted_parts, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
-from npu_migrate.rules.base import Strict
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule

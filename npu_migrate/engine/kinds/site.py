@@ -6,8 +6,8 @@ from __future__ import annotations
 from functools import cache
 
 from npu_migrate.engine.kinds.base import Kind, Matcher
+from npu_migrate.engine.regex import RuleRegex, compile_rule_regex
 from npu_migrate.prefilter import Prefilter
-from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
 
 
 class SiteKind(Kind):

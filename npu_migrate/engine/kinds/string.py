@@ -26,11 +26,11 @@ from npu_migrate.engine.kinds.arguments import (
     strings_in,
 )
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
+from npu_migrate.engine.kinds.fields import Argument, Callees, Regex, Strict
 from npu_migrate.engine.names import dotted_parts, name_matches
+from npu_migrate.engine.regex import RuleRegex, compile_rule_regex
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.prefilter import Prefilter
-from npu_migrate.rules.base import Argument, Callees, Regex, Strict
-from npu_migrate.rules.regex import RuleRegex, compile_rule_regex
 
 if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from npu_migrate.dependencies import Found, requirement_sites
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.handlers.dependencies import Found, requirement_sites
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 IN_TEXT = Hold(

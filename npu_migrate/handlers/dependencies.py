@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
-from npu_migrate.configs import LOADER, spelled
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds.dependency import normalized
 from npu_migrate.engine.regions import byte_span, byte_starts
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.handlers.configs import LOADER, spelled
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 if sys.version_info >= (3, 11):

@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import Applicability, Severity
-from npu_migrate.rules.regex import compile_rule_regex
 
 __all__ = [
     "Applicability",

@@ -10,8 +10,8 @@ import re
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.handlers.shell import migrate_script
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
-from npu_migrate.shell import migrate_script
 
 _INSTRUCTION = re.compile(rb"[ \t]*([A-Za-z]+)[ \t]*")
 _SHELL_FORM = {b"RUN", b"CMD", b"ENTRYPOINT"}

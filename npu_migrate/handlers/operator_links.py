@@ -15,8 +15,8 @@ from npu_migrate.engine.names import ImportTable
 from npu_migrate.engine.regions import byte_span, byte_starts
 from npu_migrate.engine.sites import Lines, Site, match_sites
 from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.handlers.native import TORCH_EXTENSION_NAME, Registration, cuda_code, registrations
 from npu_migrate.model import FileOutcome, Finding, ModulePath
-from npu_migrate.native import TORCH_EXTENSION_NAME, Registration, cuda_code, registrations
 
 if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
@@ -95,7 +95,7 @@ def _call_findings(
         return [], None
     relocate: Callable[[Finding], Finding] = lambda finding: finding  # noqa: E731
     if kind == "notebook":
-        from npu_migrate.notebook import python_of
+        from npu_migrate.handlers.notebook import python_of
 
         module = python_of(data)
         if module is None:
