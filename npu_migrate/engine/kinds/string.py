@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -129,16 +129,21 @@ class StringMatcher(Matcher):
         qualified = callee(self.ctx, call)
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         for string_rule in self.flow_rules:
-            for where in string_rule.where:
-                place = where.argument
-                if place is None or not callee_is(place, qualified, method):
-                    continue
-                if not conditions_hold(self.ctx, call, place.when, place.signature):
-                    continue
-                for value in arguments(call, place):
-                    if isinstance(value, cst.Name):
-                        rules = self.flowing.setdefault((function, value.value), [])
-                        rules += [] if string_rule in rules else [string_rule]
+            for value in self._at_argument_places(string_rule, call, qualified, method):
+                if isinstance(value, cst.Name):
+                    rules = self.flowing.setdefault((function, value.value), [])
+                    rules += [] if string_rule in rules else [string_rule]
+
+    def _at_argument_places(
+        self, string_rule: StringRule, call: cst.Call, qualified: str | None, method: str | None
+    ) -> Iterator[cst.BaseExpression]:
+        """The values a call passes where one of the rule's `argument` places expects them."""
+        for where in string_rule.where:
+            place = where.argument
+            if place is None or not callee_is(place, qualified, method):
+                continue
+            if conditions_hold(self.ctx, call, place.when, place.signature):
+                yield from arguments(call, place)
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
         for string in strings_in(value):
@@ -166,14 +171,8 @@ class StringMatcher(Matcher):
                 for arg in node.args:
                     for string in strings_in(arg.value):
                         self.messages.setdefault(string, set()).add(string_rule.rule.code)
-            for where in string_rule.where:
-                place = where.argument
-                if place is None or not callee_is(place, qualified, method):
-                    continue
-                if not conditions_hold(self.ctx, node, place.when, place.signature):
-                    continue
-                for value in arguments(node, place):
-                    self._mark(string_rule, value)
+            for value in self._at_argument_places(string_rule, node, qualified, method):
+                self._mark(string_rule, value)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
