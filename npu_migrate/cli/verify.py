@@ -106,8 +106,19 @@ def verify(
             "make the difference, migrating and verifying again without them."
         ),
     ] = True,
+    tests: Annotated[
+        str | None,
+        typer.Option(
+            help="With TREE: the project's own tests, a pytest command run in copies of the original "
+            "and of the migrated tree (this under the NPU emulation where no NPU is), compared test "
+            "by test; each test that passed before and fails after is bisected to the change that "
+            "breaks it. --timeout limits each side; --json and --html write the comparison."
+        ),
+    ] = None,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
+    if tests is not None:
+        _verify_tests(tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path)
     if not entry:
         common.fail("--entry FILE:FUNC is required")
     if (tree is None) == (original is None or migrated is None):
@@ -183,6 +194,37 @@ def verify(
 
         write_html(html_path, result)
     raise typer.Exit(0 if result.comparison.passed else 1)
+
+
+def _verify_tests(
+    tree: Path | None,
+    command: str,
+    unsafe: bool,
+    rules: list[Path] | None,
+    emulate: bool | None,
+    timeout: float,
+    bisect: bool,
+    json_path: Path | None,
+    html_path: Path | None,
+) -> None:
+    """verify TREE --tests: the comparison, its reports and its exit code."""
+    import json
+
+    from npu_migrate.cli.verify_tests import print_comparison, verify_tests
+    from npu_migrate.verify.tests import html_report
+
+    if tree is None:
+        common.fail("--tests needs TREE: the project to migrate into a copy and test")
+    with contextlib.ExitStack() as stack:
+        copy = _migrated_copy(tree, unsafe, rules, stack)
+        common.err.print(f"verify: {copy.summary()}", highlight=False, soft_wrap=True)
+        comparison = verify_tests(copy, command, emulate, timeout, bisect)
+    print_comparison(comparison)
+    if json_path is not None:
+        json_path.write_text(json.dumps(comparison.as_dict(), indent=2) + "\n", encoding="utf-8")
+    if html_path is not None:
+        html_path.write_text(html_report(comparison), encoding="utf-8")
+    raise typer.Exit(0 if comparison.passed else 1)
 
 
 def _weights_map(path: Path) -> dict[str, Any]:

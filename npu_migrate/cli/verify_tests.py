@@ -1,0 +1,109 @@
+"""`npu-migrate verify TREE --tests "pytest ARGS"`: the project's own tests on the original and on
+its migrated copy (under the NPU emulation where no NPU is), compared test by test, each
+regression bisected to the change that makes it (verify/tests.py, verify/bisect.py)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from npu_migrate.cli import common
+from npu_migrate.write import copy_tree
+
+if TYPE_CHECKING:
+    from npu_migrate.cli.verify import _Copy
+    from npu_migrate.verify.tests import SuiteComparison, SuiteRun
+
+BISECTED = 5  # regressions the bisection looks at; each costs a test run per rule tried
+
+
+def verify_tests(
+    copy: _Copy, command: str, emulate: bool | None, timeout: float, bisect: bool
+) -> SuiteComparison:
+    """Both sides' tests, compared; the regressions' culprits where `bisect`."""
+    from npu_migrate.emulation.runner import real_torch_npu_imports
+    from npu_migrate.verify.tests import NotPytest, compare, pytest_arguments
+
+    try:
+        arguments = pytest_arguments(command)
+    except NotPytest as exc:
+        common.fail(str(exc))
+    emulated = not real_torch_npu_imports() if emulate is None else emulate
+    where = "the NPU emulation" if emulated else "the NPU"
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-tests-") as scratch:
+        work = Path(scratch)
+        original_copy = copy_tree(copy.tree, work / "original")  # the user's tree is never run in
+        original = _side("the original", original_copy, arguments, False, timeout, work / "original.jsonl")
+        common.err.print(f"verify: tests on the original: {original.describe()}", highlight=False)
+        if not original.status:
+            common.fail(f"no test ran on the original ({command}); pytest said:\n{original.output}")
+        migrated = _side(f"the migrated copy ({where})", copy.folder, arguments, emulated, timeout,
+                         work / "migrated.jsonl")  # fmt: skip
+        common.err.print(
+            f"verify: tests on the migrated copy ({where}): {migrated.describe()}", highlight=False
+        )
+        comparison = compare(command, original, migrated)
+        if bisect and comparison.regressions:
+            _bisect(copy, comparison, arguments, emulated, timeout, work)
+    return comparison
+
+
+def _side(
+    name: str, folder: Path, arguments: list[str], emulate: bool, timeout: float, out: Path
+) -> SuiteRun:
+    from npu_migrate.verify.tests import run_tests
+
+    with common.err.status(f"tests on {name}") as status:
+
+        def progress(done: int) -> None:
+            status.update(f"tests on {name}: {done} done")
+
+        return run_tests(folder, arguments, emulate, timeout, out, progress=progress)
+
+
+def _bisect(
+    copy: _Copy, comparison: SuiteComparison, arguments: list[str], emulate: bool, timeout: float, work: Path
+) -> None:
+    """For each regression (the first few), the rule and file whose changes break it."""
+    from npu_migrate.verify.bisect import find_culprit
+    from npu_migrate.verify.tests import PASSED, run_tests
+
+    for regression in comparison.regressions[:BISECTED]:
+
+        def passes(folder: Path, test: str = regression.test) -> bool:
+            run = run_tests(folder, arguments, emulate, timeout, work / "bisect.jsonl", only=[test])
+            return run.status.get(test) in PASSED
+
+        with common.err.status(f"finding the change that breaks {regression.test}"):
+            culprit = find_culprit(copy.outcomes, copy.rules, copy.migrate, copy.write, passes)
+        regression.culprit = culprit.describe() if culprit else "no single rule's changes make the difference"
+    comparison.bisected = min(len(comparison.regressions), BISECTED)
+
+
+def print_comparison(comparison: SuiteComparison) -> None:
+    out = common.out
+    if comparison.regressions:
+        count = len(comparison.regressions)
+        out.print(f"FAIL: {count} test(s) passed on the original and fail on the migrated copy:")
+        for regression in comparison.regressions:
+            out.print(f"  {regression.test}: {regression.after}: {regression.message}")
+            if regression.culprit:
+                out.print("    " + regression.culprit.replace("\n", "\n    "))
+        unbisected = len(comparison.regressions) - comparison.bisected
+        if unbisected and comparison.bisected:
+            out.print(f"  ({unbisected} more not bisected: fix the ones above first)")
+    if comparison.not_run:
+        count = len(comparison.not_run)
+        out.print(f"FAIL: {count} test(s) passed on the original and did not run on the migrated copy:")
+        for test in comparison.not_run[:20]:
+            out.print(f"  {test}")
+    if comparison.migrated.stopped:
+        out.print("FAIL: the migrated copy's tests ran past --timeout and were stopped")
+    if comparison.fixed:
+        out.print(
+            f"note: {len(comparison.fixed)} test(s) failed on the original and pass on the migrated copy"
+        )
+    if comparison.passed:
+        kept = sum(status in ("passed", "xfailed") for status in comparison.original.status.values())
+        out.print(f"PASS: all {kept} test(s) that passed on the original pass on the migrated copy")
