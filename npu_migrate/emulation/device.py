@@ -1,7 +1,7 @@
 """Installing the NPU emulation into torch: "npu" becomes a valid device name whose tensors live
-on the backing device, `torch.npu` answers the device API, and the tensor and module methods,
-autocast, gradient scaling, checkpoint loading, pinned memory, generators, torch.compile and the
-hccl backend accept "npu"."""
+on the backing device and report the NPU (emulation.tensors), `torch.npu` answers the device API,
+and the tensor and module methods, autocast, gradient scaling, checkpoint loading, pinned memory,
+generators, torch.compile and the hccl backend accept "npu"."""
 
 from __future__ import annotations
 
@@ -12,43 +12,69 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from npu_migrate.emulation import amp, npu_module, state
+from npu_migrate.emulation import amp, npu_module, state, tensors
 
 _installed = False
 
 
 class _NpuDevices(TorchFunctionMode):
     """Maps every "npu" device argument of a torch function or tensor method (factories,
-    `Tensor.to`, `new_*`, ...) to the backing device before dispatch."""
+    `Tensor.to`, `new_*`, ...) to the backing device before dispatch, and keeps track of which
+    tensors are on the NPU (emulation.tensors): they report it as their device."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.device:  # "npu:0" stays an NPU device; it is mapped where it is used
+        name = getattr(func, "__name__", "")
+        if func is torch.device or name == "_parse_to":  # "npu:0" stays an NPU device until used
             return func(*args, **kwargs)
-        if "device" in kwargs and state.is_npu(kwargs["device"]):
-            kwargs = {**kwargs, "device": state.real(kwargs["device"])}
-        if any(state.is_npu(a) for a in args):
-            args = tuple(state.real(a) for a in args)
-        return func(*args, **kwargs)
+        if torch.compiler.is_compiling():  # a traced graph: devices mapped, no tensor tracked
+            return func(*_on_backing(args), **_on_backing_keywords(kwargs))
+        attribute = tensors.attribute(func)
+        if attribute is not None:
+            result = func(*args, **kwargs)
+            if name == "__get__":
+                return tensors.read(attribute, args[0], result)
+            tensors.written(attribute, args[0], args[1])
+            return result
+        refused = tensors.refused(func, args)
+        if refused is not None:
+            raise TypeError(refused)
+        if name == "get_device" and args and tensors.index(args[0]) is not None:
+            return tensors.index(args[0])
+        where = tensors.target(func, args, kwargs)
+        result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
+        return tensors.place(func, args, kwargs, result, where)
+
+
+def _on_backing(args: tuple) -> tuple:
+    return tuple(state.real(a) for a in args) if any(state.is_npu(a) for a in args) else args
+
+
+def _on_backing_keywords(kwargs: dict) -> dict:
+    if "device" in kwargs and state.is_npu(kwargs["device"]):
+        return {**kwargs, "device": state.real(kwargs["device"])}
+    return kwargs
 
 
 def _tensor_npu(
     self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any
 ) -> torch.Tensor:
-    target = state.real(torch.device("npu", state.index_of(device)) if device is not None else "npu")
-    return self.to(target, non_blocking=non_blocking, **kwargs)
+    return self.to(torch.device("npu", state.index_of(device)), non_blocking=non_blocking, **kwargs)
 
 
 def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
-    return self.to(state.real("npu" if device is None else torch.device("npu", state.index_of(device))))
+    return self.to(torch.device("npu", state.index_of(device)))
 
 
 def _load(original: Any) -> Any:
     @functools.wraps(original)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(map_location, str | torch.device):
-            map_location = state.real(map_location)
-        return original(f, map_location, *args, **kwargs)
+        on_npu = isinstance(map_location, str | torch.device) and state.is_npu(map_location)
+        loaded = original(f, state.real(map_location) if on_npu else map_location, *args, **kwargs)
+        if on_npu:
+            device = state.index_of(map_location)
+            torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: tensors.tag(t, device), loaded)
+        return loaded
 
     return load
 
@@ -125,7 +151,7 @@ def install(backing: str | None = None) -> torch.device:
     sys.modules.setdefault("torch.npu", npu_module)
     patches: list[tuple[object, str, object]] = [  # what torch's types do not declare: set by name
         (torch.Tensor, "npu", _tensor_npu),
-        (torch.Tensor, "is_npu", property(lambda self: self.device.type == state.backing().type)),
+        (torch.Tensor, "is_npu", property(lambda self: tensors.index(self) is not None)),
         (torch.nn.Module, "npu", _module_npu),
         (torch, "autocast", amp.DeviceAutocast),
         (torch.amp, "autocast", amp.DeviceAutocast),
@@ -138,5 +164,5 @@ def install(backing: str | None = None) -> torch.device:
         setattr(owner, name, value)
     _register_hccl()
     _NpuDevices().__enter__()
-    _installed = True
+    _installed = state.installed = True
     return device

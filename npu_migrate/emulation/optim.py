@@ -35,6 +35,7 @@ from torch import Tensor
 from torch.optim.optimizer import Optimizer, ParamsT, required
 
 from npu_migrate.emulation.state import backing
+from npu_migrate.emulation.tensors import on_npu
 
 __all__ = [
     "NpuFusedAdadelta",
@@ -250,7 +251,7 @@ class NpuFusedOptimizerBase(Optimizer):
         if grad.is_sparse:
             raise RuntimeError(self._sparse_error)
         for tensor in (p, grad):
-            if tensor.device.type != backing().type:
+            if not on_npu(tensor):
                 raise RuntimeError(f"Tensors to combine must be on NPU, got {tensor.device.type}.")
             if not tensor.is_contiguous():
                 raise RuntimeError("Tensors to combine must be contiguous.")

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 _backing = torch.device("cpu")
+installed = False  # whether the emulation runs (device.install): then NPU tensors are tracked
 
 
 def choose(backing: str | None) -> torch.device:

@@ -80,7 +80,7 @@ def test_without_torch_npu_run_says_it_emulates(tmp_path: Path) -> None:
     script = write(tmp_path, "s.py", "import torch_npu, torch\nprint(torch.zeros(1, device='npu').device)\n")
     result = run_cli("run", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "cpu"
+    assert result.stdout.strip() == "npu:0"  # an NPU tensor reports the NPU, on the CPU backing
     assert "emulated" in result.stderr
 
 

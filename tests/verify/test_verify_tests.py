@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from npu_migrate.verify.tests import NotPytest, SuiteRun, compare, pytest_arguments
-from tests.fixture_cases import run_cli
+from tests.fixture_cases import FIXTURES, run_cli
 
 # A user rule that breaks the program (torch.zeros -> torch.ones): the bisection must name it.
 BAD_RULE = """category: house
@@ -122,3 +122,12 @@ def test_outcomes_are_compared_test_by_test() -> None:
     result = compare("pytest", before, after)
     assert [(r.test, r.after, r.message) for r in result.regressions] == [("b", "error", "boom")]
     assert result.fixed == ["c"] and result.not_run == ["e"] and not result.passed
+
+
+def test_the_model_zoo_fixture_keeps_its_tests_passing() -> None:
+    """The bundled model zoo (timm's and detectron2's forms): its own tests pass on the migrated
+    copy under the emulation as on the original, its device test included (NPU tensors report
+    the NPU)."""
+    result = run_cli("verify", "src", "--tests", "pytest -q tests", cwd=FIXTURES / "model_zoo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASS: all 4 test(s) that passed on the original pass on the migrated copy" in result.stdout

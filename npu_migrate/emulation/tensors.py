@@ -1,0 +1,163 @@
+"""Which tensors are on the emulated NPU. A tensor the emulation created or moved there lives on
+the backing device and carries a tag (its NPU index): it reports the NPU as its device
+(`.device`, `.is_npu`, `.is_cuda`, `.get_device()`), what is computed from it is on the NPU too,
+moving it to the host or back copies it, and `.numpy()` refuses it, as on a real NPU. Code that
+branches on `x.device.type == "npu"` then takes its NPU branch under the emulation.
+
+Called from the emulation's torch function mode (device.py) for every torch call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from npu_migrate.emulation import state
+
+TAG = "_npu_migrate_index"  # the attribute a tensor on the emulated NPU carries
+
+
+def index(value: Any) -> int | None:
+    return getattr(value, TAG, None) if isinstance(value, torch.Tensor) else None
+
+
+def on_npu(tensor: torch.Tensor) -> bool:
+    """Whether a tensor is on the NPU: tracked where the emulation runs; where its modules are
+    used as a library (their unit tests), the backing device is the NPU."""
+    return index(tensor) is not None if state.installed else tensor.device.type == state.backing().type
+
+
+def tag(value: Any, device: int, keep: frozenset[int] = frozenset()) -> None:
+    """Put the tensors of `value` (a tensor, or a tuple, list or dict of them) on NPU `device`,
+    but for those in `keep` (by id: inputs an in-place op returns, which stay where they are)."""
+    for tensor in _tensors(value):
+        if id(tensor) not in keep:
+            setattr(tensor, TAG, device)
+
+
+def untag(tensor: torch.Tensor) -> None:
+    if hasattr(tensor, TAG):
+        delattr(tensor, TAG)
+
+
+def first_index(args: tuple, kwargs: dict) -> int | None:
+    """The NPU index of the first tensor on the NPU among a call's arguments, or None."""
+    for value in (*args, *kwargs.values()):
+        for tensor in _tensors(value, depth=1):
+            found = index(tensor)
+            if found is not None:
+                return found
+    return None
+
+
+def _tensors(value: Any, depth: int = 2) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth and isinstance(value, tuple | list):
+        for item in value:
+            yield from _tensors(item, depth - 1)
+    elif depth and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, depth - 1)
+
+
+# --------------------------------------------------------------------------- what a call asks for
+
+NPU, HOST = "npu", "host"
+_MOVES = frozenset({"to", "cpu", "cuda"})
+
+
+def target(func: Callable, args: tuple, kwargs: dict) -> tuple[str, int] | None:
+    """Where a call puts its result: (NPU, index), (HOST, 0), or None (where its inputs are)."""
+    name = getattr(func, "__name__", "")
+    if name == "cpu" or name == "cuda":
+        return (HOST, 0)
+    if "device" in kwargs and kwargs["device"] is not None:
+        return _device_target(kwargs["device"])
+    if name == "to":
+        for value in args[1:]:
+            if isinstance(value, torch.Tensor):
+                found = index(value)
+                return (NPU, found) if found is not None else (HOST, 0)
+            if isinstance(value, str | torch.device | int):
+                return _device_target(value)
+        return None
+    found = next((state.index_of(a) for a in args if state.is_npu(a)), None)
+    return (NPU, found) if found is not None else None
+
+
+def _device_target(device: Any) -> tuple[str, int]:
+    if isinstance(device, int):
+        device = torch.device(state.backing().type, device)
+    return (NPU, state.index_of(device)) if state.is_npu(device) else (HOST, 0)
+
+
+def place(func: Callable, args: tuple, kwargs: dict, result: Any, where: tuple[str, int] | None) -> Any:
+    """The result of a call, on the device it asked for (or its inputs' NPU): a move that
+    returned its own input (same backing, so no copy) copies it, as moving to a device does."""
+    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if where is not None and where[0] == NPU:
+        if result is source and index(source) is None:
+            result = source.clone()
+        tag(result, where[1])
+        return result
+    if where is not None:  # the host
+        if result is source and index(source) is not None:
+            result = source.clone()
+        if getattr(func, "__name__", "") in _MOVES and isinstance(result, torch.Tensor):
+            untag(result)
+        return result
+    found = first_index(args, kwargs)
+    if found is not None:
+        inputs = frozenset(id(t) for value in (*args, *kwargs.values()) for t in _tensors(value, depth=1))
+        tag(result, found, keep=inputs)
+    return result
+
+
+# --------------------------------------------------------------------------- attributes and refusals
+
+
+def attribute(func: Callable) -> str | None:
+    """The tensor attribute a getter or setter call is about (`device`, `grad`, `data`), or None."""
+    if getattr(func, "__name__", "") not in ("__get__", "__set__"):
+        return None
+    owner = getattr(func, "__self__", None)
+    return getattr(owner, "__name__", None) if type(owner).__name__ == "getset_descriptor" else None
+
+
+def read(name: str, tensor: torch.Tensor, value: Any) -> Any:
+    """An attribute of a tensor on the NPU, as a real NPU tensor has it."""
+    device = index(tensor)
+    if device is None:
+        return value
+    if name == "device":
+        return torch.device("npu", device)
+    if name in ("is_cuda", "is_cpu"):
+        return False
+    if name in ("grad", "data") and isinstance(value, torch.Tensor):
+        tag(value, device)  # gradients come from autograd, which the mode does not see
+    return value
+
+
+def written(name: str, tensor: torch.Tensor, value: Any) -> None:
+    """After `tensor.data = value` (Module.to): the tensor is where its new data is."""
+    if name != "data" or not isinstance(value, torch.Tensor):
+        return
+    device = index(value)
+    if device is None:
+        untag(tensor)
+    else:
+        tag(tensor, device)
+
+
+def refused(func: Callable, args: tuple) -> str | None:
+    """Why a real NPU tensor would refuse this call, or None."""
+    name = getattr(func, "__name__", "")
+    device = index(args[0]) if args else None
+    if device is not None and name == "numpy":
+        return (
+            f"can't convert npu:{device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first."
+        )
+    return None

@@ -1,0 +1,63 @@
+"""NPU tensors report the NPU under the emulation (emulation/tensors.py): their device, what is
+computed from them, moves to and from the host (which copy, as a real device does), modules,
+gradients, optimizer state and checkpoints loaded onto the NPU; and what a real NPU tensor
+refuses. One emulated process runs every check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.emulation.test_device import run_cli, write
+
+CHECKS = """
+import io
+import torch, torch_npu
+
+x = torch.randn(3)
+y = x.npu()
+assert x.device.type == "cpu" and not x.is_npu
+assert y.device == torch.device("npu:0") and y.is_npu and not y.is_cuda and y.get_device() == 0
+assert y is not x and y.data_ptr() != x.data_ptr()  # a move to the device copies
+y.add_(1)
+assert torch.equal(x + 1, y.cpu())  # the host copy is untouched
+for made in (y + 1, y * x.npu(), y.new_zeros(2), torch.zeros_like(y), y.to(torch.float64), y[1:], y.sum()):
+    assert made.device.type == "npu", made
+for host in (y.cpu(), y.to("cpu"), y.to(x), y.detach().cpu()):
+    assert host.device.type == "cpu" and host is not y
+assert torch.zeros(2, device="npu:0").is_npu and torch.randn(2).to(y).is_npu
+buffer = torch.empty(3)
+buffer.copy_(y)  # copying into a host buffer leaves it on the host
+assert buffer.device.type == "cpu"
+
+model = torch.nn.Linear(4, 2).npu()
+assert all(p.device.type == "npu" for p in model.parameters())
+loss = model(torch.randn(5, 4, device="npu")).square().sum()
+loss.backward()
+assert model.weight.grad.device.type == "npu"
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+optimizer.step()
+assert optimizer.state[model.weight]["exp_avg"].device.type == "npu"
+assert next(model.cpu().parameters()).device.type == "cpu"
+
+saved = io.BytesIO()
+torch.save({"w": torch.ones(2)}, saved)
+saved.seek(0)
+assert torch.load(saved, map_location="npu:0")["w"].device.type == "npu"
+
+branch = "npu" if y.device.type == "npu" else "cpu"  # device-dependent code takes the NPU branch
+assert branch == "npu"
+try:
+    y.numpy()
+except TypeError as refused:
+    assert "can't convert npu:0 device type tensor to numpy" in str(refused)
+else:
+    raise AssertionError("an NPU tensor converted to numpy")
+print("all held")
+"""
+
+
+def test_npu_tensors_report_the_npu_and_move_as_on_a_device(tmp_path: Path) -> None:
+    script = write(tmp_path, "checks.py", CHECKS)
+    result = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all held" in result.stdout
