@@ -100,10 +100,27 @@ def print_comparison(comparison: SuiteComparison) -> None:
             out.print(f"  {test}")
     if comparison.migrated.stopped:
         out.print("FAIL: the migrated copy's tests ran past --timeout and were stopped")
+    if comparison.skipped:
+        count = len(comparison.skipped)
+        out.print(f"note: {count} test(s) passed on the original and are skipped on the migrated copy:")
+        for change in comparison.skipped[:10]:
+            out.print(f"  {change.test}: {change.message}")
+    if comparison.newly_failing:
+        count = len(comparison.newly_failing)
+        out.print(
+            f"note: {count} test(s) skipped on the original (they need an accelerator) fail on the "
+            "migrated copy:"
+        )
+        for change in comparison.newly_failing[:10]:
+            out.print(f"  {change.test}: {change.after}: {change.message}")
     if comparison.fixed:
         out.print(
             f"note: {len(comparison.fixed)} test(s) failed on the original and pass on the migrated copy"
         )
     if comparison.passed:
         kept = sum(status in ("passed", "xfailed") for status in comparison.original.status.values())
-        out.print(f"PASS: all {kept} test(s) that passed on the original pass on the migrated copy")
+        skipped = f" ({len(comparison.skipped)} of them skipped there)" if comparison.skipped else ""
+        out.print(
+            f"PASS: none of the {kept} test(s) that passed on the original fails on the migrated "
+            f"copy{skipped}"
+        )

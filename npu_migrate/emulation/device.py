@@ -66,6 +66,20 @@ def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
     return self.to(torch.device("npu", state.index_of(device)))
 
 
+def _parameter(original: Any) -> Any:
+    """`nn.Parameter(t)` is where `t` is (torch makes it without a torch function the mode sees)."""
+
+    @functools.wraps(original)
+    def new(cls: type, data: torch.Tensor | None = None, requires_grad: bool = True) -> torch.Tensor:
+        made = original(cls, data, requires_grad)
+        device = tensors.index(data)
+        if device is not None:
+            tensors.tag(made, device)
+        return made
+
+    return new
+
+
 def _load(original: Any) -> Any:
     @functools.wraps(original)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -157,6 +171,7 @@ def install(backing: str | None = None) -> torch.device:
         (torch.amp, "autocast", amp.DeviceAutocast),
         (torch.amp, "GradScaler", amp.DeviceGradScaler),
         (torch, "load", _load(torch.load)),
+        (torch.nn.Parameter, "__new__", _parameter(torch.nn.Parameter.__new__)),
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
         (torch, "Generator", _Generator),
     ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.emulation import amp, state  # noqa: F401 - torch.npu.amp
+from npu_migrate.emulation import amp, state, tensors  # noqa: F401 - torch.npu.amp
 
 # Storage and tensor type names kept for code that still spells them (`torch.npu.FloatTensor`).
 FloatTensor = torch.FloatTensor
@@ -152,20 +152,30 @@ def _is_in_bad_fork() -> bool:
 # ---------------------------------------------------------------- memory
 
 
+# On the CPU backing, allocated memory is what the tensors on the NPU hold (emulation.tensors);
+# its peak is the largest figure any of these calls has seen since the last reset.
+_peak = 0
+
+
 def memory_allocated(device: Any = None) -> int:
-    return torch.cuda.memory_allocated() if _cuda() else 0
+    global _peak
+    if _cuda():
+        return torch.cuda.memory_allocated()
+    allocated = tensors.live_bytes()
+    _peak = max(_peak, allocated)
+    return allocated
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return torch.cuda.max_memory_allocated() if _cuda() else 0
+    return torch.cuda.max_memory_allocated() if _cuda() else max(_peak, memory_allocated())
 
 
 def memory_reserved(device: Any = None) -> int:
-    return torch.cuda.memory_reserved() if _cuda() else 0
+    return torch.cuda.memory_reserved() if _cuda() else memory_allocated()
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    return torch.cuda.max_memory_reserved() if _cuda() else 0
+    return torch.cuda.max_memory_reserved() if _cuda() else max_memory_allocated()
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
@@ -173,8 +183,11 @@ def memory_stats(device: Any = None) -> dict[str, int]:
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
+    global _peak
     if _cuda():
         torch.cuda.reset_peak_memory_stats()
+    else:
+        _peak = 0
 
 
 def empty_cache() -> None:

@@ -8,6 +8,7 @@ Called from the emulation's torch function mode (device.py) for every torch call
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,19 @@ def tag(value: Any, device: int, keep: frozenset[int] = frozenset()) -> None:
 def untag(tensor: torch.Tensor) -> None:
     if hasattr(tensor, TAG):
         delattr(tensor, TAG)
+
+
+def live_bytes() -> int:
+    """The bytes the tensors on the emulated NPU hold now (their distinct storages, found on the
+    heap): what a device's allocator reports as allocated."""
+    storages: dict[int, int] = {}
+    for found in gc.get_objects():
+        if (
+            issubclass(type(found), torch.Tensor) and index(found) is not None
+        ):  # no attribute of a stranger read
+            storage = found.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 def first_index(args: tuple, kwargs: dict) -> int | None:

@@ -168,6 +168,8 @@ class SuiteComparison:
     regressions: list[Regression]
     fixed: list[str]  # failed on the original, pass on the migrated copy
     not_run: list[str]  # passed on the original, did not run on the migrated copy
+    skipped: list[Regression]  # passed on the original, skipped on the migrated copy (its skip condition)
+    newly_failing: list[Regression]  # skipped on the original (needs a device), fail on the migrated copy
     bisected: int = 0  # regressions the bisection looked at (the others are named without a culprit)
 
     @property
@@ -183,22 +185,29 @@ class SuiteComparison:
             "regressions": [asdict(r) for r in self.regressions],
             "fixed": self.fixed,
             "not_run": self.not_run,
+            "skipped": [asdict(r) for r in self.skipped],
+            "newly_failing": [asdict(r) for r in self.newly_failing],
             "bisected": self.bisected,
         }
 
 
 def compare(command: str, original: SuiteRun, migrated: SuiteRun) -> SuiteComparison:
     """Test by test: what passed before and does not after."""
-    regressions, fixed, not_run = [], [], []
+    regressions, fixed, not_run, skipped, newly_failing = [], [], [], [], []
     for test, before in sorted(original.status.items()):
         after = migrated.status.get(test)
+        change = Regression(test, before, after or "", migrated.messages.get(test, ""))
         if before in PASSED and after is None:
             not_run.append(test)
+        elif before in PASSED and after == "skipped":
+            skipped.append(change)  # a skip condition that now holds (`requires only a CPU`): not a failure
         elif before in PASSED and after not in PASSED:
-            regressions.append(Regression(test, before, after or "", migrated.messages.get(test, "")))
+            regressions.append(change)
         elif before in ("failed", "error") and after in PASSED:
             fixed.append(test)
-    return SuiteComparison(command, original, migrated, regressions, fixed, not_run)
+        elif before == "skipped" and after in ("failed", "error"):
+            newly_failing.append(change)
+    return SuiteComparison(command, original, migrated, regressions, fixed, not_run, skipped, newly_failing)
 
 
 def html_report(comparison: SuiteComparison) -> str:

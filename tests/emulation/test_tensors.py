@@ -44,6 +44,12 @@ torch.save({"w": torch.ones(2)}, saved)
 saved.seek(0)
 assert torch.load(saved, map_location="npu:0")["w"].device.type == "npu"
 
+before = torch.npu.memory_allocated()
+block = torch.zeros(1000, device="npu")
+assert torch.npu.memory_allocated() - before == 4000  # what the NPU tensors hold
+del block
+assert torch.npu.memory_allocated() == before and torch.npu.max_memory_allocated() >= before + 4000
+
 branch = "npu" if y.device.type == "npu" else "cpu"  # device-dependent code takes the NPU branch
 assert branch == "npu"
 try:

@@ -348,21 +348,36 @@ class _Reader(ast.NodeVisitor):
 
 def _dual_path(tree: ast.Module) -> str | None:
     """Why the module already keeps a path for the NPU beside CUDA: a `try` that imports
-    torch_npu and goes on without it, `torch_npu = None`, a call of is_torch_npu_available()."""
+    torch_npu and goes on without it, `torch_npu = None`, a call or definition of
+    is_torch_npu_available() (accelerate's device dispatch defines one per backend), a look for
+    the torch_npu package (`find_spec("torch_npu")`)."""
     for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _NPU_AVAILABLE.match(node.name):
+            return f"line {node.lineno} defines {node.name}()"
+        if isinstance(node, ast.Call) and _looks_for_torch_npu(node):
+            return f"line {node.lineno} looks for the torch_npu package"
         if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)):
             imports = [s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom) and _imports_npu(s)]
             goes_on = any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
             if imports and goes_on:
                 return f"line {imports[0].lineno} imports torch_npu in a try and goes on without it"
-        elif (
-            isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None
-        ):
-            if any(isinstance(t, ast.Name) and t.id == "torch_npu" for t in node.targets):
-                return f"line {node.lineno} sets torch_npu = None where torch_npu is missing"
+        elif isinstance(node, ast.Assign) and _sets_torch_npu_none(node):
+            return f"line {node.lineno} sets torch_npu = None where torch_npu is missing"
         elif isinstance(node, ast.Call) and _NPU_AVAILABLE.match(_last(node.func) or ""):
             return f"line {node.lineno} asks {_last(node.func)}()"
     return None
+
+
+def _looks_for_torch_npu(call: ast.Call) -> bool:
+    """`importlib.util.find_spec("torch_npu")`, `import_module("torch_npu")`, a package check."""
+    name = _last(call.func) or ""
+    named = any(isinstance(a, ast.Constant) and a.value == "torch_npu" for a in call.args)
+    return named and (name in ("find_spec", "import_module") or "package_available" in name)
+
+
+def _sets_torch_npu_none(node: ast.Assign) -> bool:
+    none = isinstance(node.value, ast.Constant) and node.value.value is None
+    return none and any(isinstance(t, ast.Name) and t.id == "torch_npu" for t in node.targets)
 
 
 def _root(node: ast.expr) -> str | None:
