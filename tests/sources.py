@@ -51,6 +51,11 @@ SARIF_SCHEMA = Release(  # OASIS's SARIF 2.1.0 JSON Schema, as a SARIF tool's te
     "2aa26412a7514dd2e94a2bcbc07862ce39956daaa28ab9993034dc4e1a0abeed",
     "iam_sarif_report-2.3.6/tests/data",
 )
+ACCELERATE = Release(  # the whole sdist, tests included: verify --tests runs its own suite
+    f"{FILES}/8a/6e/c29a1dcde7db07f47870ed63e5124086b11874ad52ccd533dc1ca2c799da/accelerate-1.6.0.tar.gz",
+    "28c1ef1846e690944f98b68dc7b8bb6c51d032d45e85dcbb3adb0c8b99dffb32",
+    "accelerate-1.6.0",
+)
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",

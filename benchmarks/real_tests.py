@@ -1,0 +1,104 @@
+"""Safe means it still runs, measured on real projects' own tests: for each project, `npu-migrate
+verify TREE --tests CMD` (and again with --unsafe) runs its test slice on the original and on the
+migrated copy under the NPU emulation and compares them test by test. The baseline is the
+original's own outcome in the same run: a regression is a test that passed there and fails on
+the migrated copy.
+
+    python benchmarks/real_tests.py [--only NAME] [--bisect]
+
+Real sources are downloaded once, pinned by sha256 (tests/sources.py). Each project's test
+dependencies must be importable here (accelerate: huggingface_hub, safetensors, psutil).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.sources import ACCELERATE, Release, fetch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    kind: str
+    source: Release | Path  # a pinned release, or a bundled fixture
+    tests: str  # the pytest command, run in the project's root
+
+
+ACCELERATE_TESTS = " ".join(
+    f"tests/test_{name}.py"
+    for name in ("utils", "memory_utils", "hooks", "optimizer", "scheduler", "modeling_utils", "data_loader",
+                 "kwargs_handlers")
+)  # fmt: skip
+PROJECTS = [
+    Project("model_zoo (fixture)", "a model zoo (timm, detectron2 forms)", ROOT / "fixtures/model_zoo/src",
+            "pytest -q tests"),
+    Project("accelerate-1.6.0", "Hugging Face accelerate: a training library that already runs on the NPU",
+            ACCELERATE, f"pytest -q -o pythonpath=src {ACCELERATE_TESTS}"),
+]  # fmt: skip
+
+
+def verify(tree: Path, tests: str, unsafe: bool, bisect: bool) -> tuple[dict, float]:
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "r.json"
+        command = [
+            sys.executable,
+            "-m",
+            "npu_migrate",
+            "verify",
+            str(tree),
+            "--tests",
+            tests,
+            "--json",
+            str(report),
+        ]
+        command += ["--unsafe"] * unsafe + ([] if bisect else ["--no-bisect"])
+        started = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if not report.exists():
+            raise SystemExit(f"verify failed on {tree}:\n{done.stderr[-3000:]}")
+        return json.loads(report.read_text()), time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", help="run only the project of this name")
+    parser.add_argument("--bisect", action="store_true", help="bisect regressions (slow)")
+    args = parser.parse_args()
+    print(f"{'project':<22} {'apply':<9} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
+          f"{'newly run':>9} {'seconds':>8}")  # fmt: skip
+    failed = False
+    for project in PROJECTS:
+        if args.only and project.name != args.only:
+            continue
+        tree = project.source if isinstance(project.source, Path) else fetch(project.source)
+        for unsafe in (False, True):
+            data, seconds = verify(tree, project.tests, unsafe, args.bisect)
+            before = sum(s in ("passed", "xfailed") for s in data["original"]["status"].values())
+            after = data["migrated"]["status"]
+            newly = sum(
+                after.get(t) == "passed" and s == "skipped" for t, s in data["original"]["status"].items()
+            )
+            regressions = len(data["regressions"]) + len(data["not_run"])
+            failed |= regressions > 0
+            apply = "--unsafe" if unsafe else "default"
+            print(f"{project.name:<22} {apply:<9} {before:>13} {regressions:>11} {len(data['skipped']):>13} "
+                  f"{newly:>9} {seconds:>8.1f}")  # fmt: skip
+            for regression in data["regressions"]:
+                print(f"    {regression['test']}: {regression['after']}: {regression['message']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
