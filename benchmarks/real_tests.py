@@ -7,7 +7,10 @@ the migrated copy.
     python benchmarks/real_tests.py [--only NAME] [--bisect]
 
 Real sources are downloaded once, pinned by sha256 (tests/sources.py). Each project's test
-dependencies must be importable here (accelerate: huggingface_hub, safetensors, psutil).
+dependencies must be importable here (accelerate: huggingface_hub, safetensors, psutil,
+parameterized, all in the dev extra; timm: torchvision and expecttest, so run it from a second
+environment: `pip install torch==2.14.1 torchvision==0.29.1 pytest expecttest huggingface_hub
+safetensors` and npu-migrate, then `--only timm-1.0.15`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sources import ACCELERATE, Release, fetch
+from tests.sources import ACCELERATE, TIMM, Release, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,6 +47,9 @@ PROJECTS = [
             "pytest -q tests"),
     Project("accelerate-1.6.0", "Hugging Face accelerate: a training library that already runs on the NPU",
             ACCELERATE, f"pytest -q -o pythonpath=src {ACCELERATE_TESTS}"),
+    Project("timm-1.0.15", "a vision model zoo (needs torchvision and expecttest)", TIMM,
+            "pytest -q tests/test_layers.py tests/test_utils.py tests/test_optim.py "
+            "-k 'adamw or sgd or lamb or lion or test_layers or test_utils'"),
 ]  # fmt: skip
 
 

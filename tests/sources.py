@@ -56,6 +56,11 @@ ACCELERATE = Release(  # the whole sdist, tests included: verify --tests runs it
     "28c1ef1846e690944f98b68dc7b8bb6c51d032d45e85dcbb3adb0c8b99dffb32",
     "accelerate-1.6.0",
 )
+TIMM = Release(  # the whole sdist, tests included (benchmarks/real_tests.py; needs torchvision)
+    f"{FILES}/bc/0c/66b0f9b4a4cb9ffdac7b52b17b37c7d3c4f75623b469e388b0c6d89b4e88/timm-1.0.15.tar.gz",
+    "756a3bc30c96565f056e608a9b559daed904617eaadb6be536f96874879b1055",
+    "timm-1.0.15",
+)
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",

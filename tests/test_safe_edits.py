@@ -33,6 +33,7 @@ assert kept.numel() >= 1
 train.main()  # the loader's own is_cuda flag still reads back
 assert select_device.select_device("").type == "npu"  # trains on the NPU, not on the CPU
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == pytest.ExitCode.OK
 print("all ran")
 """
 
@@ -64,6 +65,13 @@ def test_a_guard_over_a_compiled_kernel_or_a_cuda_provider_keeps_its_cuda_test(m
     kernels = read(migrated, "test_kernels.py")
     assert "not torch.cuda.is_available() or torch.cuda.get_device_capability()" in kernels
     assert 'device="npu"' in kernels  # code the skip guards is still migrated
+
+
+def test_a_comparison_with_a_value_left_cuda_keeps_its_cuda_test(migrated: Path) -> None:
+    """timm's test_optim: `torch_device` keeps its "cuda" (its use cannot be seen), so the skip
+    `torch_device == "cuda" and not torch.cuda.is_available()` must keep asking about CUDA."""
+    optim = read(migrated, "test_optim_device.py")
+    assert 'elif torch_device == "cuda" and not torch.cuda.is_available():' in optim
 
 
 def test_the_codes_own_attribute_is_not_renamed(migrated: Path) -> None:
@@ -112,12 +120,13 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:
     text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
     assert "fix(es) held back so the code is never worse than unmigrated:" in text
-    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (4)",
-                   "the code's own attribute (2)", "a file with an NPU path beside CUDA (5)"):  # fmt: skip
+    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (5)",
+                   "the code's own attribute (2)", "a file with an NPU path beside CUDA (5)",
+                   "it is compared with a value left CUDA (1)"):  # fmt: skip
         assert reason in text
     assert "1 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
     summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
-    assert summary["held_by_reason"]["it guards CUDA code left"] == 4
+    assert summary["held_by_reason"]["it guards CUDA code left"] == 5
     assert [Path(f).name for f in summary["dual_path_files"]] == ["hub_utils.py"]
 
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.holds import dual_path
-from npu_migrate.engine.program import Guard, Program, Span
+from npu_migrate.engine.program import Guard, Program, Span, Value
 from npu_migrate.engine.program.model import Key
-from npu_migrate.engine.reasons import GUARDS_CUDA, OWN_ATTRIBUTE, VALUE_GUARDS_CUDA
+from npu_migrate.engine.reasons import COMPARED_WITH_CUDA, GUARDS_CUDA, OWN_ATTRIBUTE, VALUE_GUARDS_CUDA
 from npu_migrate.model import Hold
 
 STAYS = "which stays CUDA code: migrate that first"
@@ -59,7 +59,53 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
             )
     fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
-    return held | _guard_holds(sites, program, fixes, leaves)
+    compared = _comparison_holds(sites, program, fixes, leaves)
+    for i in compared:
+        fixes[i], leaves[i] = False, sites[i].severe
+    return held | compared | _guard_holds(sites, program, fixes, leaves)
+
+
+def _comparison_holds(
+    sites: Sequence[Site], program: Program, fixes: list[bool], leaves: list[bool]
+) -> dict[int, Hold]:
+    """`torch_device == "cuda"` where `torch_device = os.environ.get(..., "cuda")` keeps its
+    "cuda" (held, or left for a human): rewritten, the comparison would never hold where it did."""
+    held: dict[int, Hold] = {}
+    for comparison in program.comparisons:
+        inside = [i for i, s in enumerate(sites) if comparison.span.holds(s.span)]
+        fixed = [i for i in inside if fixes[i]]
+        if not fixed:
+            continue
+        left = next(
+            (i for value in _values_read(program, comparison.reads) for i, s in enumerate(sites)
+             if leaves[i] and value.span.holds(s.span)),
+            None,
+        )  # fmt: skip
+        if left is None:
+            continue
+        why = (
+            f"it is compared in `{comparison.text}` with a value that stays CUDA "
+            f"(`{sites[left].code.splitlines()[0]}` ({sites[left].rule}), line {sites[left].span.line}): "
+            "rewritten, the comparison would no longer hold where it did"
+        )
+        held |= {i: Hold(COMPARED_WITH_CUDA, why) for i in fixed}
+    return held
+
+
+def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:
+    """The values bound to what `keys` name, and to what those read, and so on."""
+    found: list[Value] = []
+    seen: set[Key] = set()
+    todo = list(keys)
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        for value in program.values.get(key, ()):
+            found.append(value)
+            todo.extend(value.reads)
+    return found
 
 
 def _guard_holds(
@@ -112,6 +158,16 @@ def _guard_holds(
         """Whether code with one of its atoms kept as CUDA (held now, or left) is as it was."""
         return any(fixes[i] or leaves[i] for i in inside(span))
 
+    def read_left(guard: Guard) -> str | None:
+        """A value the test reads that stays CUDA (`torch_device = os.environ.get(..., "cuda")`):
+        the code the test guards uses it as CUDA, so the test must keep asking about CUDA."""
+        for value in _values_read(program, guard.reads):
+            site = next((i for i in inside(value.span) if leaves[i]), None)
+            if site is not None:
+                code, rule, line = sites[site].code.splitlines()[0], sites[site].rule, sites[site].span.line
+                return f"code that uses `{code}` ({rule}, line {line})"
+        return None
+
     held: dict[int, Hold] = {}
     changed = True
     while changed:
@@ -121,7 +177,7 @@ def _guard_holds(
             via = [] if guard.conjunctive and keeps(guard.test) else fixed_sources(guard.reads)
             if not direct and not via:
                 continue
-            left = left_behind(guard)
+            left = left_behind(guard) or read_left(guard)
             if left is None:
                 continue
             through = f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}"

@@ -13,6 +13,7 @@ It knows:
   is traced to `has_gpu = torch.cuda.is_available()`;
 * bound attributes: the attributes the file's own code binds (`self.is_cuda = ...`, a class
   attribute, a method): the code's own, not a tensor's;
+* comparisons (`device == "cuda"`), with the values their operands read;
 * calls into compiled extensions (`_C.nms(...)`, `ext_module.roi_align_forward(...)`), CUDA code
   no Python rule can migrate;
 * whether the file already keeps a path for the NPU beside CUDA (a `try` that imports torch_npu
@@ -55,6 +56,15 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """`a == b`, `x in (...)`: a rewritten operand must still meet what the other operand holds."""
+
+    span: Span
+    text: str  # its first line, for messages
+    reads: frozenset[Key]
+
+
+@dataclass(frozen=True)
 class NativeCall:
     span: Span
     code: str
@@ -66,6 +76,7 @@ class Program:
     values: dict[Key, list[Value]] = field(default_factory=dict)
     bound_attributes: dict[str, int] = field(default_factory=dict)  # name -> first line binding it
     native_calls: list[NativeCall] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
 
     @classmethod
@@ -190,6 +201,12 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_AsyncFor = visit_For
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops):
+            comparison = Comparison(self.columns.span(node), self._first_line(node), self._reads(node))
+            self.program.comparisons.append(comparison)
+        self.generic_visit(node)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
         self._guard(node.test, self._spans([node.body], [node.orelse]), node)
