@@ -16,7 +16,7 @@ code is never worse than unmigrated code:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.holds import dual_path
@@ -95,6 +95,18 @@ def _comparison_holds(
 def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:
     """The values bound to what `keys` name, and to what those read, and so on."""
     found: list[Value] = []
+
+    def step(value: Value) -> bool:
+        found.append(value)
+        return True
+
+    _walk(program, keys, step)
+    return found
+
+
+def _walk(program: Program, keys: frozenset[Key], step: Callable[[Value], bool]) -> None:
+    """Visit the values bound to what `keys` name, once each; `step(value)` says whether to go on
+    into the values it reads."""
     seen: set[Key] = set()
     todo = list(keys)
     while todo:
@@ -103,9 +115,8 @@ def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:
             continue
         seen.add(key)
         for value in program.values.get(key, ()):
-            found.append(value)
-            todo.extend(value.reads)
-    return found
+            if step(value):
+                todo.extend(value.reads)
 
 
 def _guard_holds(
@@ -138,20 +149,15 @@ def _guard_holds(
         followed through the values they read until a value that its own sites keep as it was
         (an atom, `not`, `and`)."""
         found: list[int] = []
-        seen: set[Key] = set()
-        todo = list(keys)
-        while todo:
-            key = todo.pop()
-            if key in seen:
-                continue
-            seen.add(key)
-            for value in program.values.get(key, ()):
-                there = inside(value.span)
-                if there and not value.question and not any(sites[i].probe for i in there):
-                    continue  # data (`model.cuda()`), not a question: what reads it was not dead before
-                found += [i for i in there if fixes[i]]
-                if not (value.conjunctive and keeps(value.span)):
-                    todo.extend(value.reads)
+
+        def step(value: Value) -> bool:
+            there = inside(value.span)
+            if there and not value.question and not any(sites[i].probe for i in there):
+                return False  # data (`model.cuda()`), not a question: what reads it was not dead before
+            found.extend(i for i in there if fixes[i])
+            return not (value.conjunctive and keeps(value.span))
+
+        _walk(program, keys, step)
         return found
 
     def keeps(span: Span) -> bool:
