@@ -3,11 +3,9 @@ side, run that (on a real NPU, else on the emulation), and compare what both rec
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from npu_migrate.verify.compare import Comparison, Thresholds, compare_runs
+from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
 
@@ -90,14 +89,14 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
     try:
         _, stderr = side.communicate(timeout=options.timeout)
     except subprocess.TimeoutExpired:
-        _stop(side)
+        stop(side)
         _, stderr = side.communicate()
         where = _user_frames(stderr, tree)
         raise SideFailed(
             role, f"still running after {options.timeout:g} s (--timeout); stopped{where}"
         ) from None
     finally:
-        _stop(side)
+        stop(side)
     if side.returncode != 0:
         message = "\n".join(line for line in stderr.splitlines() if "torch_npu is emulated" not in line)
         if side.returncode < 0 or "MemoryError" in message:
@@ -118,14 +117,6 @@ def _memory_cap(limit: int | None) -> Callable[[], None] | None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
     return cap
-
-
-def _stop(side: subprocess.Popen[str]) -> None:
-    """Kill the side and every process it started, if still running."""
-    if side.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(side.pid, signal.SIGKILL)
-        side.wait()
 
 
 def _user_frames(stderr: str, tree: Path) -> str:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from npu_migrate.verify.outcomes_plugin import ONLY, OUTCOMES
+from npu_migrate.verify.processes import stop
 
 # The worst outcome of a test's phases wins: a teardown error after a passed call is an error.
 _RANK = {"passed": 0, "xfailed": 0, "skipped": 1, "xpassed": 2, "failed": 3, "error": 4}
@@ -105,10 +105,10 @@ def run_tests(
         output = _wait(process, started + timeout, outcomes, progress)
         run.stopped = output is None
         if output is None:
-            _stop(process)
+            stop(process)
             output = process.communicate()[0]
     finally:
-        _stop(process)
+        stop(process)
     run.seconds = time.monotonic() - started
     run.exit_code = process.returncode
     run.output = "\n".join(output.splitlines()[-40:])
@@ -142,13 +142,6 @@ def _records(outcomes: Path) -> list[dict[str, str]]:
         with contextlib.suppress(json.JSONDecodeError):
             records.append(json.loads(line))
     return records
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 @dataclass
