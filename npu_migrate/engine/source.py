@@ -233,9 +233,12 @@ def _match(
             return ctx
         ctx.positions = where = positions(module, [m.node for m in ctx.matches] + list(table.imports))
         spans_in_file = [_span(where[m.node], place) for m in ctx.matches]
+        sites = ctx.sites(spans_in_file)
+        if not any(site.has_fix for site in sites):
+            return ctx  # the model only ever holds fixes: a file of reports needs none
         if program is None:
             program = program_of({line for s in spans_in_file for line in range(s.line, s.end[0] + 1)})
-        found = program_holds(ctx.sites(spans_in_file), program).items()
+        found = program_holds(sites, program).items()
         more = {(ctx.matches[i].node, ctx.matches[i].candidate.rule.code): why for i, why in found}
         more = {key: why for key, why in more.items() if key not in decided}
         if not more:
