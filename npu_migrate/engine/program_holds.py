@@ -59,28 +59,44 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
             )
     fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
-    compared = _comparison_holds(sites, program, fixes, leaves)
+    inside = _locator(sites)
+    compared = _comparison_holds(sites, program, inside, fixes, leaves)
     for i in compared:
         fixes[i], leaves[i] = False, sites[i].severe
-    return held | compared | _guard_holds(sites, program, fixes, leaves)
+    return held | compared | _guard_holds(sites, program, inside, fixes, leaves)
+
+
+def _locator(sites: Sequence[Site]) -> Callable[[Span], list[int]]:
+    """The sites (their indexes) inside a span, found by bisection over the sites' starts."""
+    order = sorted(range(len(sites)), key=lambda i: sites[i].span.start)
+    starts = [sites[i].span.start for i in order]
+
+    def inside(span: Span) -> list[int]:
+        first = bisect.bisect_left(starts, span.start)
+        last = bisect.bisect_left(starts, span.end)
+        return [order[k] for k in range(first, last) if span.holds(sites[order[k]].span)]
+
+    return inside
 
 
 def _comparison_holds(
-    sites: Sequence[Site], program: Program, fixes: list[bool], leaves: list[bool]
+    sites: Sequence[Site],
+    program: Program,
+    inside: Callable[[Span], list[int]],
+    fixes: list[bool],
+    leaves: list[bool],
 ) -> dict[int, Hold]:
     """`torch_device == "cuda"` where `torch_device = os.environ.get(..., "cuda")` keeps its
     "cuda" (held, or left for a human): rewritten, the comparison would never hold where it did."""
     held: dict[int, Hold] = {}
     for comparison in program.comparisons:
-        inside = [i for i, s in enumerate(sites) if comparison.span.holds(s.span)]
-        fixed = [i for i in inside if fixes[i]]
+        fixed = [i for i in inside(comparison.span) if fixes[i]]
         if not fixed:
             continue
         left = next(
-            (i for value in _values_read(program, comparison.reads) for i, s in enumerate(sites)
-             if leaves[i] and value.span.holds(s.span)),
+            (i for value in _values_read(program, comparison.reads) for i in inside(value.span) if leaves[i]),
             None,
-        )  # fmt: skip
+        )
         if left is None:
             continue
         why = (
@@ -120,19 +136,16 @@ def _walk(program: Program, keys: frozenset[Key], step: Callable[[Value], bool])
 
 
 def _guard_holds(
-    sites: Sequence[Site], program: Program, fixes: list[bool], leaves: list[bool]
+    sites: Sequence[Site],
+    program: Program,
+    inside: Callable[[Span], list[int]],
+    fixes: list[bool],
+    leaves: list[bool],
 ) -> dict[int, Hold]:
     if not any(fixes) or not program.guards:
         return {}
-    order = sorted(range(len(sites)), key=lambda i: sites[i].span.start)
-    starts = [sites[i].span.start for i in order]
     natives = sorted(program.native_calls, key=lambda c: c.span.start)
     native_starts = [c.span.start for c in natives]
-
-    def inside(span: Span) -> list[int]:
-        first = bisect.bisect_left(starts, span.start)
-        last = bisect.bisect_left(starts, span.end)
-        return [order[k] for k in range(first, last) if span.holds(sites[order[k]].span)]
 
     def left_behind(guard: Guard) -> str | None:
         for span in guard.guarded:
