@@ -1,12 +1,8 @@
-"""Where a rule matches but its fix must be held back, so that migrated code is never worse than
-unmigrated code:
-
-* code that already handles the NPU (an if/elif chain, conditional expression or dict literal
-  that names the NPU, a `try` that imports torch_npu): rewriting its CUDA side would shadow the
-  NPU branch, or write NPU calls into code that runs only without torch_npu;
-* a CUDA guard (`if torch.cuda.is_available():`, `device.type == "cuda" and ...`) whose guarded
-  code keeps CUDA-only code that no enabled fix migrates: rewritten, the guard would lead an NPU
-  run into that code, which was dead and harmless before."""
+"""The holds decided during the pass: code that already handles the NPU (an if/elif chain,
+conditional expression or dict literal that names the NPU, a `try` that imports torch_npu), whose
+CUDA side, rewritten, would shadow the NPU branch or write NPU calls into code that runs only
+without torch_npu. What the program model decides after the pass (guards over code left CUDA,
+dual-path files, the code's own attributes, comparisons) is engine.program_holds'."""
 
 from __future__ import annotations
 
