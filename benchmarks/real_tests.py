@@ -4,19 +4,20 @@ migrated copy under the NPU emulation and compares them test by test. The baseli
 original's own outcome in the same run: a regression is a test that passed there and fails on
 the migrated copy.
 
-    python benchmarks/real_tests.py [--only NAME] [--bisect]
+    python benchmarks/real_tests.py [--list] [--only NAME] [--bisect]
 
-Real sources are downloaded once, pinned by sha256 (tests/sources.py). Each project's test
-dependencies must be importable here (accelerate: huggingface_hub, safetensors, psutil,
-parameterized, all in the dev extra; timm: torchvision and expecttest, so run it from a second
-environment: `pip install torch==2.14.1 torchvision==0.29.1 pytest expecttest huggingface_hub
-safetensors` and npu-migrate, then `--only timm-1.0.15`).
+Real sources are downloaded once, pinned by sha256, or exported from a git mirror at a pinned
+commit (tests/sources.py). Each project's test dependencies must be importable by the Python
+that runs this script; each project says what it needs beyond the dev extra, and projects that
+need torchvision run from a second environment (`pip install torch==2.14.1 torchvision==0.29.1`
+and npu-migrate), one `--only NAME` at a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sources import ACCELERATE, TIMM, Release, fetch
+from tests.sources import ACCELERATE, TIMM, ULTRALYTICS, Release, Snapshot, checkout, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class Project:
     name: str
     kind: str
-    source: Release | Path  # a pinned release, or a bundled fixture
+    source: Release | Snapshot | Path  # a pinned release or commit, or a bundled fixture
     tests: str  # the pytest command, run in the project's root
+    needs: str = ""  # what its tests import beyond the dev extra
+    env: tuple[tuple[str, str], ...] = ()  # set for both sides, e.g. to keep it off the network
 
 
 ACCELERATE_TESTS = " ".join(
@@ -47,13 +50,27 @@ PROJECTS = [
             "pytest -q tests"),
     Project("accelerate-1.6.0", "Hugging Face accelerate: a training library that already runs on the NPU",
             ACCELERATE, f"pytest -q -o pythonpath=src {ACCELERATE_TESTS}"),
-    Project("timm-1.0.15", "a vision model zoo (needs torchvision and expecttest)", TIMM,
+    Project("timm-1.0.15", "a vision model zoo", TIMM,
             "pytest -q tests/test_layers.py tests/test_utils.py tests/test_optim.py "
-            "-k 'adamw or sgd or lamb or lion or test_layers or test_utils'"),
+            "-k 'adamw or sgd or lamb or lion or test_layers or test_utils'",
+            "torchvision expecttest"),
+    Project("ultralytics-8.3.100", "a detection library (YOLO): the tests that need no downloaded weights",
+            ULTRALYTICS,
+            "pytest -q -p no:cacheprovider tests/test_python.py -k 'model_forward or all_model_yamls "
+            "or cfg_init or utils_init or utils_torchutils or utils_ops or nn_modules or classify_transforms "
+            "or utils_files or events or utils_checks or utils_patches'",
+            "torchvision opencv-python-headless pandas seaborn scipy py-cpuinfo ultralytics-thop",
+            (("YOLO_OFFLINE", "1"),)),
 ]  # fmt: skip
 
 
-def verify(tree: Path, tests: str, unsafe: bool, bisect: bool) -> tuple[dict, float]:
+def source_tree(project: Project) -> Path:
+    if isinstance(project.source, Path):
+        return project.source
+    return checkout(project.source) if isinstance(project.source, Snapshot) else fetch(project.source)
+
+
+def verify(project: Project, unsafe: bool, bisect: bool) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "r.json"
         command = [
@@ -61,17 +78,18 @@ def verify(tree: Path, tests: str, unsafe: bool, bisect: bool) -> tuple[dict, fl
             "-m",
             "npu_migrate",
             "verify",
-            str(tree),
+            str(source_tree(project)),
             "--tests",
-            tests,
+            project.tests,
             "--json",
             str(report),
         ]
         command += ["--unsafe"] * unsafe + ([] if bisect else ["--no-bisect"])
         started = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        env = {**os.environ, **dict(project.env)}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
         if not report.exists():
-            raise SystemExit(f"verify failed on {tree}:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"verify failed on {project.name}:\n{done.stderr[-3000:]}")
         return json.loads(report.read_text()), time.monotonic() - started
 
 
@@ -81,16 +99,20 @@ def main() -> int:
     )
     parser.add_argument("--only", help="run only the project of this name")
     parser.add_argument("--bisect", action="store_true", help="bisect regressions (slow)")
+    parser.add_argument("--list", action="store_true", help="name each project, its kind and needs")
     args = parser.parse_args()
+    if args.list:
+        for project in PROJECTS:
+            print(f"{project.name}: {project.kind}" + (f" (needs {project.needs})" if project.needs else ""))
+        return 0
     print(f"{'project':<22} {'apply':<9} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
           f"{'newly run':>9} {'seconds':>8}")  # fmt: skip
     failed = False
     for project in PROJECTS:
         if args.only and project.name != args.only:
             continue
-        tree = project.source if isinstance(project.source, Path) else fetch(project.source)
         for unsafe in (False, True):
-            data, seconds = verify(tree, project.tests, unsafe, args.bisect)
+            data, seconds = verify(project, unsafe, args.bisect)
             before = sum(s in ("passed", "xfailed") for s in data["original"]["status"].values())
             after = data["migrated"]["status"]
             newly = sum(

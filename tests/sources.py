@@ -1,12 +1,14 @@
 """Published files the tests need, fetched once from PyPI (pinned by URL and sha256) and unpacked
 into a cache shared by every test run: real projects' code, the way a user's checkout arrives
-with no one here having written or trimmed it, and the SARIF schema."""
+with no one here having written or trimmed it, and the SARIF schema. Projects whose archives
+leave their tests out are exported from a git mirror at a pinned commit (Snapshot)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import urllib.request
@@ -61,11 +63,61 @@ TIMM = Release(  # the whole sdist, tests included (benchmarks/real_tests.py; ne
     "756a3bc30c96565f056e608a9b559daed904617eaadb6be536f96874879b1055",
     "timm-1.0.15",
 )
+ULTRALYTICS = Release(  # the whole sdist, tests included (benchmarks/real_tests.py; needs torchvision)
+    f"{FILES}/87/50/019c67cd1ca4d9cc199afb640bd1392dbd3ea2c97bf22f8f4940acebcffc/ultralytics-8.3.100.tar.gz",
+    "94a0767a0f1ed3c5e9d16ec620c2412ba87fec32da2a2a29db976b140e4161c6",
+    "ultralytics-8.3.100",
+)
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
     "diffusers",
 )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One commit of a public repository whose published archives leave the tests out, read from
+    a local git mirror (the workplace's `fetch github:OWNER/NAME` brings one to MIRRORS)."""
+
+    repo: str  # owner/name on GitHub
+    commit: str  # the full hash: the pin
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo.replace('/', '+')}-{self.commit[:12]}"
+
+
+MIRRORS = Path(os.environ.get("NPU_MIGRATE_MIRRORS", "/work/.mirror"))
+
+
+def checkout(snapshot: Snapshot) -> Path:
+    """The snapshot's tree, exported from its mirror on first use; a missing mirror or commit is
+    a one-line error saying what to fetch."""
+    target = CACHE / snapshot.name
+    if target.is_dir():
+        return target
+    mirror = MIRRORS / snapshot.repo.replace("/", "+") / "repo"
+    if not mirror.is_dir():
+        raise SystemExit(f"no mirror of {snapshot.repo} at {mirror}: fetch github:{snapshot.repo} first")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+        archive = Path(scratch) / "tree.tar"
+        done = subprocess.run(
+            ["git", "--git-dir", str(mirror), "archive", "-o", str(archive), snapshot.commit],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode:
+            raise SystemExit(f"{snapshot.repo}@{snapshot.commit}: {done.stderr.strip()}")
+        unpacked = Path(scratch) / "unpacked"
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+        try:
+            unpacked.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    return target
 
 
 def fetch(release: Release) -> Path:
