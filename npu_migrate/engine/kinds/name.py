@@ -207,4 +207,11 @@ _REEXPORTED = Hold(
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:
     new = renamed_by(rule, qualified)
-    return alias.with_changes(name=cst.parse_expression(import_path(new))) if new else None
+    if not new:
+        return None
+    path = import_path(new)
+    if alias.asname is None and path.split(".")[0] != new.split(".")[0]:
+        # `import torch.cuda` binds `torch`, and its renamed uses (`torch.npu.*`) still need it:
+        # `import torch_npu.npu` would bind only `torch_npu` (ultralytics' utils/benchmarks.py).
+        path = new.split(".")[0]
+    return alias.with_changes(name=cst.parse_expression(path))
