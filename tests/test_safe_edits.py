@@ -24,10 +24,12 @@ import torch
 import torch_npu
 import pytest
 
-import collect_env, export_onnx, nms, select_device, train
+import collect_env, export_onnx, nms, profile_models, select_device, train
 
 assert "GPU available: False" in collect_env.collect_env_info()  # no CUDA capability asked for
 assert export_onnx.session_providers() == ["CPUExecutionProvider"]
+assert export_onnx.onnx_requirements() == ["onnx>=1.12.0", "onnxslim", "onnxruntime"]  # not onnxruntime-gpu
+assert profile_models.profile_device().type == "npu"  # `torch` is still bound
 kept = nms.nms_rotated(torch.randn(6, 5).npu(), torch.rand(6).npu(), 0.5)  # the portable path
 assert kept.numel() >= 1
 train.main()  # the loader's own is_cuda flag still reads back
@@ -61,10 +63,18 @@ def test_a_probe_is_kept_where_its_value_leads_to_cuda_only_code(migrated: Path)
 
 def test_a_guard_over_a_compiled_kernel_or_a_cuda_provider_keeps_its_cuda_test(migrated: Path) -> None:
     assert "if not boxes.is_cuda:" in read(migrated, "nms.py")
-    assert "if torch.cuda.is_available() else" in read(migrated, "export_onnx.py")
+    exporter = read(migrated, "export_onnx.py")
+    assert '["CUDAExecutionProvider"] if torch.cuda.is_available() else' in exporter
+    assert '("-gpu" if torch.cuda.is_available() else "")' in exporter
     kernels = read(migrated, "test_kernels.py")
     assert "not torch.cuda.is_available() or torch.cuda.get_device_capability()" in kernels
     assert 'device="npu"' in kernels  # code the skip guards is still migrated
+
+
+def test_a_rewritten_cuda_module_import_still_binds_torch(migrated: Path) -> None:
+    """ultralytics' utils/benchmarks.py: the rewrite must keep the `torch` its uses need."""
+    code = read(migrated, "profile_models.py")
+    assert '"""\n\nimport torch\nimport torch_npu\n\n' in code and "torch.npu.is_available()" in code
 
 
 def test_a_comparison_with_a_value_left_cuda_keeps_its_cuda_test(migrated: Path) -> None:
@@ -113,6 +123,7 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "NPU203" in held[("launch.py", 8, "NPU101")]
     assert "`_C.nms_rotated(...)`, a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
     assert "NPU819" in held[("export_onnx.py", 7, "NPU101")]
+    assert "NPU820" in held[("export_onnx.py", 15, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
 
@@ -120,13 +131,13 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:
     text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
     assert "fix(es) held back so the code is never worse than unmigrated:" in text
-    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (5)",
+    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (6)",
                    "the code's own attribute (2)", "a file with an NPU path beside CUDA (5)",
                    "it is compared with a value left CUDA (1)"):  # fmt: skip
         assert reason in text
     assert "1 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
     summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
-    assert summary["held_by_reason"]["it guards CUDA code left"] == 5
+    assert summary["held_by_reason"]["it guards CUDA code left"] == 6
     assert [Path(f).name for f in summary["dual_path_files"]] == ["hub_utils.py"]
 
 
