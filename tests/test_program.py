@@ -9,6 +9,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.program import Program
+from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
 from npu_migrate.rules.load import load_rules
@@ -100,6 +101,21 @@ def test_a_guard_over_migrated_code_is_migrated() -> None:
     new, result = run(code)
     assert "use = torch.npu.is_available()" in new and "torch.npu.synchronize()" in new
     assert not reasons(result)
+
+
+@pytest.mark.parametrize(
+    ("code", "held"),
+    [
+        ("from tests import CUDA_OK\nassert torch.cuda.is_available() == CUDA_OK\n", True),
+        ("from .flags import N\nexpected = N\nassert torch.cuda.device_count() != expected\n", True),
+        ("def f(n):\n    assert torch.cuda.device_count() == n\n", False),  # no import: the caller's
+        ("from cfg import N\nassert torch.cuda.device_count() >= N\n", False),  # an order, not an equality
+        ("CUDA_OK = False\nassert torch.cuda.is_available() == CUDA_OK\n", False),  # the file's own value
+    ],
+)
+def test_a_probe_asked_to_equal_a_value_another_file_decides_is_held(code: str, held: bool) -> None:
+    _, result = run("import torch\n" + code)
+    assert (COMPARED_ACROSS_FILES in reasons(result).values()) is held
 
 
 def test_calls_into_compiled_extensions_are_cuda_code() -> None:

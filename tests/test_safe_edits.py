@@ -36,6 +36,7 @@ train.main()  # the loader's own is_cuda flag still reads back
 assert select_device.select_device("").type == "npu"  # trains on the NPU, not on the CPU
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == pytest.ExitCode.OK
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) == pytest.ExitCode.OK
 print("all ran")
 """
 
@@ -124,6 +125,7 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "`_C.nms_rotated(...)`, a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
     assert "NPU819" in held[("export_onnx.py", 7, "NPU101")]
     assert "NPU820" in held[("export_onnx.py", 15, "NPU101")]
+    assert "comes from `device_flags`" in held[("test_device_checks.py", 10, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
 

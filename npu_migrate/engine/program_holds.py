@@ -5,6 +5,9 @@ code is never worse than unmigrated code:
   NPU, its GPU path would break);
 * an attribute the code binds itself (`self.is_cuda = ...`): the code's own, not the tensor's;
   neither a CUDA test nor CUDA code;
+* a comparison with a value left CUDA (`torch_device == "cuda"` where `torch_device` keeps its
+  "cuda"), and a probe asked to equal a name imported from another file
+  (`torch.cuda.is_available() == CUDA_IS_AVAILABLE`): rewritten, neither would hold where it did;
 * a guard over code left CUDA: a fix that rewrites what a guard tests is held back when the code
   the guard decides on keeps CUDA-only code (a manual finding, a fix the run does not make, a
   call into a compiled extension). Rewritten, the test would lead an NPU run into that code,
@@ -21,8 +24,14 @@ from dataclasses import dataclass
 
 from npu_migrate.engine.holds import dual_path
 from npu_migrate.engine.program import Guard, Program, Span, Value
-from npu_migrate.engine.program.model import Key
-from npu_migrate.engine.reasons import COMPARED_WITH_CUDA, GUARDS_CUDA, OWN_ATTRIBUTE, VALUE_GUARDS_CUDA
+from npu_migrate.engine.program.model import Comparison, Key
+from npu_migrate.engine.reasons import (
+    COMPARED_ACROSS_FILES,
+    COMPARED_WITH_CUDA,
+    GUARDS_CUDA,
+    OWN_ATTRIBUTE,
+    VALUE_GUARDS_CUDA,
+)
 from npu_migrate.model import Hold
 
 STAYS = "which stays CUDA code: migrate that first"
@@ -97,15 +106,35 @@ def _comparison_holds(
             (i for value in _values_read(program, comparison.reads) for i in inside(value.span) if leaves[i]),
             None,
         )
-        if left is None:
+        if left is not None:
+            why = (
+                f"it is compared in `{comparison.text}` with a value that stays CUDA "
+                f"(`{sites[left].code.splitlines()[0]}` ({sites[left].rule}), line {sites[left].span.line}): "
+                "rewritten, the comparison would no longer hold where it did"
+            )
+            held |= {i: Hold(COMPARED_WITH_CUDA, why) for i in fixed}
             continue
-        why = (
-            f"it is compared in `{comparison.text}` with a value that stays CUDA "
-            f"(`{sites[left].code.splitlines()[0]}` ({sites[left].rule}), line {sites[left].span.line}): "
-            "rewritten, the comparison would no longer hold where it did"
-        )
-        held |= {i: Hold(COMPARED_WITH_CUDA, why) for i in fixed}
+        probes = [i for i in fixed if sites[i].probe]
+        outside = _imported_read(program, comparison) if comparison.equality and probes else None
+        if outside is not None:
+            name, module = outside
+            why = (
+                f"`{comparison.text}` asks that it equal `{name}`, which comes from `{module}`: what that "
+                "value means (CUDA's answer, most often) is decided in another file, so the rewritten "
+                "probe could no longer equal it where it did"
+            )
+            held |= {i: Hold(COMPARED_ACROSS_FILES, why) for i in probes}
     return held
+
+
+def _imported_read(program: Program, comparison: Comparison) -> tuple[str, str] | None:
+    """A name the comparison reads (itself or through the values it reads here) that the file
+    imports from another module, with that module; None when every operand is the file's own."""
+    keys = set(comparison.reads) | {k for v in _values_read(program, comparison.reads) for k in v.reads}
+    for key in sorted(keys, key=str):
+        if key in program.imported and key not in program.values:
+            return str(key[2]), program.imported[key]
+    return None
 
 
 def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:

@@ -62,6 +62,7 @@ class Comparison:
     span: Span
     text: str  # its first line, for messages
     reads: frozenset[Key]
+    equality: bool  # `==` or `!=`: both sides must mean the same thing
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Program:
     bound_attributes: dict[str, int] = field(default_factory=dict)  # name -> first line binding it
     native_calls: list[NativeCall] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    imported: dict[Key, str] = field(default_factory=dict)  # a module-level name -> where it comes from
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
 
     @classmethod
@@ -204,7 +206,10 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         if any(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops):
-            comparison = Comparison(self.columns.span(node), self._first_line(node), self._reads(node))
+            equality = any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops)
+            comparison = Comparison(
+                self.columns.span(node), self._first_line(node), self._reads(node), equality
+            )
             self.program.comparisons.append(comparison)
         self.generic_visit(node)
 
@@ -344,6 +349,8 @@ class _Reader(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         for alias in node.names:
             local = alias.asname or alias.name
+            if len(self.scopes) == 1:
+                self.program.imported[("name", 0, local)] = f"{'.' * node.level}{node.module or ''}"
             package = (node.module or "").split(".")[0]
             if package not in _NOT_EXTENSIONS and _EXTENSION_MODULE.search(alias.name):
                 self.extensions.add(local)
