@@ -105,6 +105,29 @@ def test_every_name_the_emulation_offers_exists(real: TorchNpuReference) -> None
     assert amp.autocast.__init__.__code__.co_varnames[1:4] == ("enabled", "dtype", "cache_enabled")
 
 
+def test_the_emulated_profiler_refuses_what_the_real_one_lacks(real: TorchNpuReference) -> None:
+    """torch_npu's profile (and its base, _KinetoProfile) define no key_averages() or events():
+    the emulated one, torch's underneath, refuses them as the device would."""
+    pytest.importorskip("torch")
+    import ast
+
+    from npu_migrate.emulation import profiler
+
+    tree = ast.parse((real.root / "profiler" / "profiler.py").read_text(encoding="utf-8"))
+    methods = {
+        f.name
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name in {"profile", "_KinetoProfile"}
+        for f in c.body
+        if isinstance(f, ast.FunctionDef)
+    }
+    assert {"start", "stop", "export_chrome_trace"} <= methods  # the classes were found
+    refused = {n for n, v in vars(profiler.profile).items() if isinstance(v, profiler._Missing)}
+    assert refused == {"key_averages", "events"} and not refused & methods
+    with pytest.raises(AttributeError, match="key_averages"):
+        profiler.profile().key_averages()
+
+
 def _own(module: object, name: str) -> bool:
     """Names the module defines for its API (not the modules and helpers it imports)."""
     value = getattr(module, name)

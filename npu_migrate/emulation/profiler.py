@@ -1,5 +1,7 @@
 """`torch_npu.profiler` for the emulation: torch's own profiler on the backing device, with
-torch_npu's names (ProfilerActivity.NPU, _ExperimentalConfig) accepted."""
+torch_npu's names (ProfilerActivity.NPU, _ExperimentalConfig) accepted, and without what
+torch_npu's `profile` lacks (its results go to trace files: no `key_averages()` or `events()`,
+torch_npu/profiler/profiler.py)."""
 
 from __future__ import annotations
 
@@ -46,7 +48,20 @@ def _activities(activities: Any) -> list[_torch_profiler.ProfilerActivity] | Non
     ]
 
 
+class _Missing:
+    """An attribute torch_npu's profile does not have: reading it raises as on the device."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        raise AttributeError(f"'profile' object has no attribute '{self.name}'")
+
+
 class profile(_torch_profiler.profile):
+    key_averages = _Missing()
+    events = _Missing()
+
     def __init__(
         self, *args: Any, activities: Any = None, experimental_config: Any = None, **kwargs: Any
     ) -> None:
