@@ -56,9 +56,9 @@ PROJECTS = [
             "torchvision expecttest"),
     Project("ultralytics-8.3.100", "a detection library (YOLO): the tests that need no downloaded weights",
             ULTRALYTICS,
-            "pytest -q -p no:cacheprovider tests/test_python.py -k 'model_forward or all_model_yamls "
-            "or cfg_init or utils_init or utils_torchutils or utils_ops or nn_modules or classify_transforms "
-            "or utils_files or events or utils_checks or utils_patches'",
+            "pytest -q -p no:cacheprovider tests/test_python.py tests/test_cuda.py -k 'model_forward "
+            "or all_model_yamls or cfg_init or utils_init or utils_torchutils or utils_ops or nn_modules "
+            "or classify_transforms or utils_files or events or utils_checks or utils_patches or test_cuda'",
             "torchvision opencv-python-headless pandas seaborn scipy py-cpuinfo ultralytics-thop",
             (("YOLO_OFFLINE", "1"),)),
 ]  # fmt: skip
