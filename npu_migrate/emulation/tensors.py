@@ -94,7 +94,8 @@ def target(func: Callable, args: tuple, kwargs: dict) -> tuple[str, int] | None:
             if isinstance(value, torch.Tensor):
                 found = index(value)
                 return (NPU, found) if found is not None else (HOST, 0)
-            if isinstance(value, str | torch.device | int):
+            # a bool is an int, but in `.to(dtype, True)` it is non_blocking, not a device
+            if isinstance(value, str | torch.device | int) and not isinstance(value, bool):
                 return _device_target(value)
         return None
     found = next((state.index_of(a) for a in args if state.is_npu(a)), None)

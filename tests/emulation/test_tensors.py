@@ -25,6 +25,21 @@ for made in (y + 1, y * x.npu(), y.new_zeros(2), torch.zeros_like(y), y.to(torch
 for host in (y.cpu(), y.to("cpu"), y.to(x), y.detach().cpu()):
     assert host.device.type == "cpu" and host is not y
 assert torch.zeros(2, device="npu:0").is_npu and torch.randn(2).to(y).is_npu
+# Lightning's precision plugins: `.to(dtype, non_blocking)` positionally; the bool is no device
+assert y.to(torch.float64, True).is_npu and x.to(torch.float64, False).device.type == "cpu"
+# Lightning's seed utilities save and restore every device's generator (torch_npu has both)
+torch.npu.set_rng_state_all(torch.npu.get_rng_state_all())
+# Lightning's PyTorchProfiler reads events() back; torch_npu's profile has neither that nor
+# key_averages() (its results go to files)
+with torch_npu.profiler.profile() as prof:
+    torch.ones(1) + 1
+for missing in ("events", "key_averages"):
+    try:
+        getattr(prof, missing)
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError(missing)
 buffer = torch.empty(3)
 buffer.copy_(y)  # copying into a host buffer leaves it on the host
 assert buffer.device.type == "cpu"
