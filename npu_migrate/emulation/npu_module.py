@@ -144,6 +144,16 @@ def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         torch.set_rng_state(new_state)
 
 
+def get_rng_state_all() -> list[torch.Tensor]:
+    """As torch_npu's (npu/random.py): one state per device."""
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    for i, new_state in enumerate(new_states):
+        set_rng_state(new_state, i)
+
+
 def _is_in_bad_fork() -> bool:
     """torch.manual_seed asks every registered device module this."""
     return False
