@@ -4,6 +4,7 @@ backing device (the CPU, or CUDA where present). Registered as `torch.npu` by `d
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -42,8 +43,30 @@ def init() -> None:
     """Nothing to initialise: the backing device is ready."""
 
 
+def _visible(raw: int) -> int:
+    """How many of `raw` devices ASCEND_RT_VISIBLE_DEVICES leaves, read as torch_npu's
+    `_parse_visible_devices` and `_device_count_ascend_hal` read it: unset, all; empty, none (the
+    idiom `= ""` that hides every device); else the leading run of digits and commas, ascending
+    IDs only, cut at the first ID past the devices there are."""
+    var = os.getenv("ASCEND_RT_VISIBLE_DEVICES")
+    if var is None:
+        return raw
+    end = next((i for i, c in enumerate(var) if not (c.isdigit() or c == ",")), len(var))
+    ids: list[int] = []
+    for elem in var[:end].split(","):
+        if not elem:
+            break
+        ids.append(int(elem))
+    for idx, val in enumerate(ids):
+        if idx > 0 and val <= ids[idx - 1]:
+            return 0
+        if val >= raw:
+            return idx
+    return len(ids)
+
+
 def device_count() -> int:
-    return torch.cuda.device_count() if _cuda() else 1
+    return _visible(torch.cuda.device_count() if _cuda() else 1)
 
 
 _current = 0

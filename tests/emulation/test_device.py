@@ -189,3 +189,29 @@ def test_an_error_the_emulation_raises_says_so(tmp_path: Path) -> None:
     ours = "import torch, torch_npu\nraise ValueError('mine')\n"
     result = run_cli("run", "--emulate", write(tmp_path, "ours.py", ours), cwd=tmp_path)
     assert result.returncode == 1 and "mine" in result.stderr and "NPU emulation (" not in result.stderr
+
+
+# A test module that hides the accelerators before torch looks (open_clip's tests set
+# CUDA_VISIBLE_DEVICES to "", migrated to ASCEND_RT_VISIBLE_DEVICES): torch_npu's device_count
+# reads the variable as its _parse_visible_devices does, so the emulation must too.
+HIDDEN_DEVICES = r"""
+import os
+import torch
+import torch_npu
+
+raw = torch.npu.device_count()
+two = min(2, raw)
+cases = (("", 0), ("0", 1), ("0,1", two), ("1,0", 0), ("1", int(raw > 1)), ("0x", 1), ("x", 0))
+for value, count in cases:
+    os.environ["ASCEND_RT_VISIBLE_DEVICES"] = value
+    assert torch.npu.device_count() == count, (value, torch.npu.device_count())
+del os.environ["ASCEND_RT_VISIBLE_DEVICES"]
+assert torch.npu.device_count() == raw >= 1
+print("visible devices ok")
+"""
+
+
+def test_device_count_honours_ascend_rt_visible_devices(tmp_path: Path) -> None:
+    result = run_cli("run", "--emulate", write(tmp_path, "hide.py", HIDDEN_DEVICES), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "visible devices ok" in result.stdout
