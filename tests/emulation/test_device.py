@@ -205,8 +205,12 @@ cases = (("", 0), ("0", 1), ("0,1", two), ("1,0", 0), ("1", int(raw > 1)), ("0x"
 for value, count in cases:
     os.environ["ASCEND_RT_VISIBLE_DEVICES"] = value
     assert torch.npu.device_count() == count, (value, torch.npu.device_count())
+os.environ["ASCEND_RT_VISIBLE_DEVICES"] = ""
+assert torch.npu.is_available()  # the runtime's answer, by default
+os.environ["PYTORCH_HAL_BASED_NPU_CHECK"] = "1"
+assert not torch.npu.is_available()  # torch_npu's own count, hidden devices
 del os.environ["ASCEND_RT_VISIBLE_DEVICES"]
-assert torch.npu.device_count() == raw >= 1
+assert torch.npu.is_available() and torch.npu.device_count() == raw >= 1
 print("visible devices ok")
 """
 
