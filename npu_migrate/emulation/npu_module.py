@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,17 @@ LongTensor = torch.LongTensor
 IntTensor = torch.IntTensor
 BoolTensor = torch.BoolTensor
 ByteTensor = torch.ByteTensor
+CharTensor = torch.CharTensor
+ShortTensor = torch.ShortTensor
+FloatStorage = torch.FloatStorage
+HalfStorage = torch.HalfStorage
+BFloat16Storage = torch.BFloat16Storage
+LongStorage = torch.LongStorage
+IntStorage = torch.IntStorage
+ShortStorage = torch.ShortStorage
+CharStorage = torch.CharStorage
+ByteStorage = torch.ByteStorage
+BoolStorage = torch.BoolStorage
 
 
 def _cuda() -> bool:
@@ -135,6 +147,55 @@ def device(device: Any) -> Iterator[None]:
         set_device(previous)
 
 
+class device_of:
+    """Selects the device of a tensor on the NPU; a no-op for one elsewhere (as torch_npu's)."""
+
+    def __init__(self, obj: Any) -> None:
+        self._index = obj.get_device() if getattr(obj, "is_npu", False) else -1
+        self._previous = -1
+
+    def __enter__(self) -> None:
+        if self._index >= 0:
+            self._previous = current_device()
+            set_device(self._index)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._index >= 0:
+            set_device(self._previous)
+
+
+def can_device_access_peer(device_id: Any, peer_device_id: Any) -> bool:
+    device_id, peer_device_id = state.index_of(device_id), state.index_of(peer_device_id)
+    if device_id < 0 or device_id >= device_count():
+        raise AssertionError("Invalid device id")
+    if peer_device_id < 0 or peer_device_id >= device_count():
+        raise AssertionError("Invalid peer device id")
+    return _cuda() and torch.cuda.can_device_access_peer(device_id, peer_device_id)
+
+
+_sync_debug_mode = 0
+
+
+def set_sync_debug_mode(debug_mode: int | str) -> None:
+    global _sync_debug_mode
+    if isinstance(debug_mode, str):
+        modes = {"default": 0, "warn": 1, "error": 2}
+        if debug_mode not in modes:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = modes[debug_mode]
+    _sync_debug_mode = debug_mode
+
+
+def get_sync_debug_mode() -> int:
+    return _sync_debug_mode
+
+
+def current_blas_handle() -> None:
+    """None, with torch_npu's warning: the NPU has no BLAS handle."""
+    warnings.warn("NPU does not use blas handle.", stacklevel=2)
+    return None
+
+
 # ---------------------------------------------------------------- random numbers
 
 
@@ -179,6 +240,10 @@ def get_rng_state_all() -> list[torch.Tensor]:
 def set_rng_state_all(new_states: Any) -> None:
     for i, new_state in enumerate(new_states):
         set_rng_state(new_state, i)
+
+
+# One generator per device, as torch_npu fills `default_generators` once the device initialises.
+default_generators: tuple[torch.Generator, ...] = (torch.default_generator,)
 
 
 def _is_in_bad_fork() -> bool:
@@ -236,6 +301,110 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return torch.cuda.mem_get_info() if _cuda() else (0, 0)
 
 
+# torch_npu.npu.memory's deprecated names warn and answer as the names they became (as torch.cuda's).
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    warnings.warn(
+        "torch_npu.npu.reset_max_memory_allocated now calls torch_npu.npu.reset_peak_memory_stats, "
+        "which resets /all/ peak memory stats.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    warnings.warn(
+        "torch_npu.npu.reset_max_memory_cached now calls torch_npu.npu.reset_peak_memory_stats, "
+        "which resets /all/ peak memory stats.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    reset_peak_memory_stats(device)
+
+
+def memory_cached(device: Any = None) -> int:
+    warnings.warn(
+        "torch_npu.npu.memory_cached has been renamed to torch_npu.npu.memory_reserved",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Any = None) -> int:
+    warnings.warn(
+        "torch_npu.npu.max_memory_cached has been renamed to torch_npu.npu.max_memory_reserved",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return max_memory_reserved(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    if _cuda():
+        torch.cuda.reset_accumulated_memory_stats()
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    return torch.cuda.memory_stats_as_nested_dict() if _cuda() else {}
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    if _cuda():
+        return torch.cuda.memory_summary(abbreviated=abbreviated)
+    allocated, peak = memory_allocated(), max_memory_allocated()
+    return f"NPU memory summary (emulated): {allocated} bytes allocated, peak {peak}"
+
+
+def memory_snapshot(mempool_id: Any = None) -> list[Any]:
+    return torch.cuda.memory_snapshot() if _cuda() else []
+
+
+_fraction = 1.0
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    return _fraction
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    global _fraction
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _fraction = fraction
+    if _cuda():
+        torch.cuda.set_per_process_memory_fraction(fraction)
+
+
+def ipc_collect() -> None:
+    if _cuda():
+        torch.cuda.ipc_collect()
+
+
+def get_allocator_backend() -> str:
+    return "native"
+
+
+def host_memory_stats() -> dict[str, Any]:
+    return {}
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    return {}
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Pinned host memory is not tracked by the emulation."""
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Pinned host memory is not tracked by the emulation."""
+
+
 # ---------------------------------------------------------------- streams and events
 
 
@@ -264,6 +433,24 @@ class Stream:
 
 
 _default_stream = Stream()
+
+
+class StreamContext:
+    """Selects a stream; streams are not emulated, so entering it changes nothing."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def is_current_stream_capturing() -> bool:
+    """False: graph capture is not emulated."""
+    return False
 
 
 def current_stream(device: Any = None) -> Stream:
