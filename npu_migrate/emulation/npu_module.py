@@ -124,7 +124,7 @@ class _Properties:
         return f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory})"
 
 
-def is_bf16_supported() -> bool:
+def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True
 
 

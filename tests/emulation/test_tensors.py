@@ -40,6 +40,7 @@ for missing in ("events", "key_averages"):
         pass
     else:
         raise AssertionError(missing)
+assert torch.npu.is_bf16_supported(including_emulation=False)  # torch_npu's signature (diffusers)
 buffer = torch.empty(3)
 buffer.copy_(y)  # copying into a host buffer leaves it on the host
 assert buffer.device.type == "cpu"
