@@ -24,7 +24,7 @@ import torch
 import torch_npu
 import pytest
 
-import collect_env, export_onnx, nms, profile_models, select_device, train
+import collect_env, expectations, export_onnx, nms, profile_models, select_device, train
 
 assert "GPU available: False" in collect_env.collect_env_info()  # no CUDA capability asked for
 assert export_onnx.session_providers() == ["CPUExecutionProvider"]
@@ -37,6 +37,9 @@ assert select_device.select_device("").type == "npu"  # trains on the NPU, not o
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) == pytest.ExitCode.OK
+table = {None: "default", "rocm": "rocm values", "npu": "npu values"}
+assert expectations.pick({None: "default", "rocm": "rocm values"}, "npu") == "default"
+assert expectations.pick(table, expectations.running_device()) == "npu values"
 print("all ran")
 """
 
@@ -98,6 +101,14 @@ def test_a_file_that_keeps_a_path_for_the_npu_stays_byte_identical(migrated: Pat
 def test_a_device_string_whose_use_the_function_shows_is_migrated(migrated: Path) -> None:
     device = read(migrated, "select_device.py")
     assert 'arg = "npu:0"' in device and "torch.npu.is_available()" in device
+
+
+def test_cuda_beside_rocm_names_the_cuda_family_and_stays(migrated: Path) -> None:
+    """diffusers' Expectations: rewritten, ["npu", "rocm"] would make an NPU a near match for
+    ROCm's expected values, where unmigrated it fell back to the default ones."""
+    scoring = read(migrated, "expectations.py")
+    assert 'device_type in ["cuda", "rocm"] and other_type in ["cuda", "rocm"]' in scoring
+    assert 'device = "npu" if torch.npu.is_available() else "cpu"' in scoring
 
 
 def test_plain_cuda_code_beside_them_is_migrated(migrated: Path) -> None:

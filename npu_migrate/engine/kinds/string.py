@@ -91,6 +91,12 @@ class StringMatch(Strict):
         description="Calls whose arguments are messages (print, logging, exceptions): a literal "
         "passed to one is not reported. Builtins are named as they are spelled: print.",
     )
+    except_beside: Regex | None = Field(
+        default=None,
+        description="A literal in a tuple, list or set beside a literal this regex matches whole "
+        'is not in the rule\'s places: `device_type in ["cuda", "rocm"]` names a family of '
+        "backends, which the NPU is not one of.",
+    )
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class StringRule:
     regex: RuleRegex
     where: tuple[StringContext, ...]
     except_in: tuple[str, ...]
+    except_beside: RuleRegex | None = None
 
 
 class StringMatcher(Matcher):
@@ -146,7 +153,10 @@ class StringMatcher(Matcher):
                 yield from arguments(call, place)
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
+        beside = set(_beside(value, string_rule.except_beside)) if string_rule.except_beside else set()
         for string in strings_in(value):
+            if string in beside:
+                continue
             text = static_text(string)
             if text is not None and string_rule.regex.fullmatch(text):
                 rules = self.marked.setdefault(string, [])
@@ -260,7 +270,13 @@ class StringKind(Kind[StringMatch]):
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
         self.strings = [
-            StringRule(r, compile_rule_regex(m.string), tuple(m.where), tuple(m.except_in or ()))
+            StringRule(
+                r,
+                compile_rule_regex(m.string),
+                tuple(m.where),
+                tuple(m.except_in or ()),
+                compile_rule_regex(m.except_beside) if m.except_beside else None,
+            )
             for r, m in self.entries
         ]
         self.anywhere = [s for s in self.strings if any(w.anywhere for w in s.where)]
@@ -299,6 +315,28 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
 
     node.visit(Collect())
     return calls
+
+
+def _beside(expr: cst.BaseExpression, regex: RuleRegex) -> Iterator[cst.CSTNode]:
+    """The literals of each tuple, list or set in `expr` (as strings_in walks it) that holds a
+    literal `regex` matches whole."""
+    if isinstance(expr, cst.Tuple | cst.List | cst.Set):
+        members = [e.value for e in expr.elements if isinstance(e.value, STRING_LITERALS)]
+        texts = [static_text(m) for m in members]
+        if any(t is not None and regex.fullmatch(t) for t in texts):
+            yield from members
+        for element in expr.elements:
+            yield from _beside(element.value, regex)
+    elif isinstance(expr, cst.IfExp):
+        yield from _beside(expr.body, regex)
+        yield from _beside(expr.orelse, regex)
+    elif isinstance(expr, cst.BooleanOperation):
+        yield from _beside(expr.left, regex)
+        yield from _beside(expr.right, regex)
+    elif isinstance(expr, cst.Dict):
+        for item in expr.elements:
+            if isinstance(item, cst.DictElement):
+                yield from _beside(item.value, regex)
 
 
 def _glob(name: str, globs: list[str]) -> bool:
