@@ -9,7 +9,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.program import Program
-from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES
+from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DEVICE_FROM_CALLER
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
 from npu_migrate.rules.load import load_rules
@@ -116,6 +116,22 @@ def test_a_guard_over_migrated_code_is_migrated() -> None:
 def test_a_probe_asked_to_equal_a_value_another_file_decides_is_held(code: str, held: bool) -> None:
     _, result = run("import torch\n" + code)
     assert (COMPARED_ACROSS_FILES in reasons(result).values()) is held
+
+
+def test_a_fused_optimizer_is_held_where_the_caller_chooses_the_device() -> None:
+    """kornia's tests build their optimizers over parameters on the `device` fixture, the CPU by
+    default: NpuFusedSGD raises there ("Tensors to combine must be on NPU"), so only --unsafe's
+    fix outside such a function is made."""
+    code = (
+        "import torch\n"
+        "def test_step(device):\n"
+        "    opt = torch.optim.SGD(model.to(device).parameters(), lr=0.1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    result = migrate_source(code.encode(), INDEX, frozenset(Applicability))
+    new = (result.new_source or b"").decode()
+    assert "opt = torch.optim.SGD(model.to(device)" in new and "\nopt = torch_npu.optim.NpuFusedSGD(" in new
+    assert reasons(result)[("NPU912", 3)] == DEVICE_FROM_CALLER
 
 
 def test_calls_into_compiled_extensions_are_cuda_code() -> None:

@@ -14,7 +14,10 @@ code is never worse than unmigrated code:
   which was dead and harmless before the migration. Every form of guard counts (`if`, `while`,
   `and`/`or`, `not`, a conditional expression, a loop's bound, an early exit, an `assert`, a
   test-skipping decorator), and a test is followed to the values it reads that ask about CUDA
-  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return)."""
+  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return);
+* a fix whose code works only on data on the NPU (Rule.needs_npu_data: the fused optimizers) in
+  a function whose device its caller chooses (`def test_step(device):`, a test's fixture, which
+  may be the CPU): rewritten, the code would fail there, where it ran before."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from npu_migrate.engine.program.model import Comparison, Key
 from npu_migrate.engine.reasons import (
     COMPARED_ACROSS_FILES,
     COMPARED_WITH_CUDA,
+    DEVICE_FROM_CALLER,
     GUARDS_CUDA,
     OWN_ATTRIBUTE,
     VALUE_GUARDS_CUDA,
@@ -50,6 +54,7 @@ class Site:
     severe: bool  # held back, it would stay such code (not a note, not harmless on an NPU)
     probe: bool  # its value asks about CUDA, falsy without it (Rule.probes)
     attribute: str | None  # the attribute it reads, which the code may bind itself
+    needs_npu_data: str | None = None  # why its fix works only on data on the NPU (Rule.needs_npu_data)
 
 
 def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
@@ -69,10 +74,29 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
     inside = _locator(sites)
+    for i, hold in _device_holds(sites, program, inside, fixes).items():
+        held[i], fixes[i], leaves[i] = hold, False, sites[i].severe
     compared = _comparison_holds(sites, program, inside, fixes, leaves)
     for i in compared:
         fixes[i], leaves[i] = False, sites[i].severe
     return held | compared | _guard_holds(sites, program, inside, fixes, leaves)
+
+
+def _device_holds(
+    sites: Sequence[Site], program: Program, inside: Callable[[Span], list[int]], fixes: Sequence[bool]
+) -> dict[int, Hold]:
+    """Fixes that need their data on the NPU, inside a function whose device is its caller's."""
+    held: dict[int, Hold] = {}
+    for function in program.device_parameters:
+        for i in inside(function.body):
+            why = sites[i].needs_npu_data
+            if why and fixes[i] and i not in held:
+                held[i] = Hold(
+                    DEVICE_FROM_CALLER,
+                    f"its data is on the device `{function.parameter}` that the caller of line "
+                    f"{function.line} chooses, which may be the CPU, and {why}",
+                )
+    return held
 
 
 def _locator(sites: Sequence[Site]) -> Callable[[Span], list[int]]:

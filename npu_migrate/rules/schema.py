@@ -209,6 +209,12 @@ class Rule(Strict):
         description="Hold the fix back in files that mention one of these words, saying why (the "
         "fused optimizers reject the bf16 parameters a file that mentions bfloat16 may have).",
     )
+    needs_npu_data: str | None = Field(
+        default=None,
+        description="The fixed code works only on data on the NPU, saying why (the fused "
+        "optimizers pack their parameters there): the fix is held in a function whose device its "
+        "caller chooses (a parameter named like `device`: a test's fixture may pick the CPU).",
+    )
     last_resort: bool = Field(
         default=False,
         description="Report only where no other rule matches the same code: a catch-all that keeps "
@@ -240,6 +246,8 @@ class Rule(Strict):
             raise ValueError("only_with is for report-only rules: a fix must not depend on other findings")
         if self.hold_in_files_with and self.fix is None:
             raise ValueError("hold_in_files_with holds a fix back: this rule has none")
+        if self.needs_npu_data and self.fix is None:
+            raise ValueError("needs_npu_data holds a fix back: this rule has none")
         fixing = [e for e in self.examples if e.before is not None]
         if self.fix is None and fixing:
             raise ValueError("manual rules use 'flagged' examples, not before/after")

@@ -17,7 +17,9 @@ It knows:
 * calls into compiled extensions (`_C.nms(...)`, `ext_module.roi_align_forward(...)`), CUDA code
   no Python rule can migrate;
 * whether the file already keeps a path for the NPU beside CUDA (a `try` that imports torch_npu
-  and goes on without it, `is_torch_npu_available()`, `torch_npu = None`)."""
+  and goes on without it, `is_torch_npu_available()`, `torch_npu = None`);
+* the functions whose device their caller chooses (a parameter named like `device`, which a
+  test's fixture or a caller may set to the CPU)."""
 
 from __future__ import annotations
 
@@ -71,6 +73,15 @@ class NativeCall:
     code: str
 
 
+@dataclass(frozen=True)
+class DeviceParameter:
+    """A function's `parameter` (named like `device`) decides where the data of `body` lives."""
+
+    body: Span
+    parameter: str
+    line: int
+
+
 @dataclass
 class Program:
     guards: list[Guard] = field(default_factory=list)
@@ -80,6 +91,7 @@ class Program:
     comparisons: list[Comparison] = field(default_factory=list)
     imported: dict[Key, str] = field(default_factory=dict)  # a module-level name -> where it comes from
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
+    device_parameters: list[DeviceParameter] = field(default_factory=list)
 
     @classmethod
     def of(cls, tree: ast.Module, lines: Sequence[str], focus: Collection[int] | None = None) -> Program:
@@ -103,6 +115,7 @@ _NOT_EXTENSIONS = frozenset({"torch", "torch_npu", "torchvision", "numpy", "jax"
 _NPU_AVAILABLE = re.compile(r"^is_(?:torch_)?npu_available$")
 _SKIPS = frozenset({"skipif", "skipIf", "skipUnless"})
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_DEVICE_PARAMETER = re.compile(r"^(?:\w+_)?device$")  # device, torch_device, target_device
 _EXITS = frozenset({"skip", "skipTest", "exit", "_exit", "fail"})  # pytest.skip, self.skipTest, sys.exit
 
 
@@ -172,6 +185,11 @@ class _Reader(ast.NodeVisitor):
             if test is not None:
                 self._guard(test, [self.columns.around(node.body)], node)  # type: ignore[list-item]
         self._defaults(node)
+        arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+        device = next((a.arg for a in arguments if _DEVICE_PARAMETER.match(a.arg)), None)
+        body = self.columns.around(node.body)
+        if device is not None and body is not None:
+            self.program.device_parameters.append(DeviceParameter(body, device, node.lineno))
         self.scopes.append(_Scope(node, _local_names(node)))
         self._block(node.body)
         self.scopes.pop()
