@@ -25,7 +25,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sources import ACCELERATE, TIMM, ULTRALYTICS, Release, Snapshot, checkout, fetch
+from tests.sources import (
+    ACCELERATE,
+    DIFFUSERS_REPO,
+    KORNIA,
+    LIGHTNING,
+    OPEN_CLIP,
+    TIMM,
+    ULTRALYTICS,
+    Release,
+    Snapshot,
+    checkout,
+    fetch,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,6 +57,13 @@ ACCELERATE_TESTS = " ".join(
     for name in ("utils", "memory_utils", "hooks", "optimizer", "scheduler", "modeling_utils", "data_loader",
                  "kwargs_handlers")
 )  # fmt: skip
+
+
+def pytest_run(options: str, paths: str) -> str:
+    """A pytest command over the test paths written one or more to a line."""
+    return " ".join(["pytest -q", *options.split(), *paths.split()])
+
+
 PROJECTS = [
     Project("model_zoo (fixture)", "a model zoo (timm, detectron2 forms)", ROOT / "fixtures/model_zoo/src",
             "pytest -q tests"),
@@ -61,6 +80,42 @@ PROJECTS = [
             "or classify_transforms or utils_files or events or utils_checks or utils_patches or test_cuda'",
             "torchvision opencv-python-headless pandas seaborn scipy py-cpuinfo ultralytics-thop",
             (("YOLO_OFFLINE", "1"),)),
+    Project("lightning", "Lightning (Fabric and the Trainer): accelerators, device parsing, precision",
+            LIGHTNING, pytest_run("-p no:cacheprovider -o pythonpath=src", """
+                tests/tests_fabric/accelerators tests/tests_fabric/utilities/test_device_parser.py
+                tests/tests_fabric/plugins/precision tests/tests_pytorch/accelerators
+                tests/tests_pytorch/trainer/connectors/test_accelerator_connector.py"""),
+            "lightning-utilities torchmetrics(--no-deps) fsspec tqdm cloudpickle pytest-timeout"),
+    Project("kornia", "differentiable computer vision with device-parametrized tests", KORNIA,
+            pytest_run("", """
+                tests/geometry/test_boxes.py tests/geometry/epipolar/test_epipolar_metrics.py
+                tests/geometry/subpix/test_spatial_softargmax.py tests/core/test_check.py
+                tests/augmentation/test_param_validation.py tests/feature/test_steerer.py tests/utils
+                tests/geometry/transform/test_affine.py tests/geometry/transform/test_homography_warper.py
+                tests/geometry/test_grid.py tests/augmentation/test_backward.py
+                tests/augmentation/test_backward_3d.py"""),
+            "kornia_rs pytest-timeout pillow"),
+    Project("diffusers", "diffusion models and schedulers; already runs on the NPU beside CUDA",
+            DIFFUSERS_REPO, pytest_run("-p no:cacheprovider -o pythonpath=src", """
+                tests/others/test_ema.py tests/others/test_training.py tests/others/test_utils.py
+                tests/models/unets/test_models_unet_2d.py tests/schedulers/test_scheduler_ddpm.py
+                tests/schedulers/test_scheduler_euler.py tests/schedulers/test_scheduler_dpm_multi.py
+                tests/schedulers/test_schedulers.py tests/models/autoencoders/test_models_autoencoder_kl.py
+                tests/models/autoencoders/test_models_vq.py
+                tests/models/autoencoders/test_models_autoencoder_tiny.py tests/models/test_activations.py
+                tests/models/test_layers_utils.py tests/models/test_attention_dispatch.py"""),
+            "huggingface_hub safetensors regex requests importlib_metadata pillow httpx filelock "
+            "parameterized pytest-timeout requests-mock accelerate(--no-deps)",
+            (("HF_HUB_OFFLINE", "1"),)),
+    Project("open_clip", "multimodal (CLIP/SigLIP) models and their training tasks", OPEN_CLIP,
+            pytest_run("-o pythonpath=src -p no:cacheprovider", """
+                tests/test_loss.py tests/test_params.py tests/test_task_base_unit.py
+                tests/test_task_specific_unit.py tests/test_task_fsdp_unit.py tests/test_optim_layer_decay.py
+                tests/test_siglip_chunked_loss.py tests/test_retrieval_metrics.py
+                tests/test_num_shards.py"""),
+            "torchvision timm(--no-deps) transformers(--no-deps) tokenizers safetensors huggingface_hub "
+            "regex ftfy sentencepiece braceexpand webdataset pandas",
+            (("HF_HUB_OFFLINE", "1"),)),
 ]  # fmt: skip
 
 

@@ -33,6 +33,22 @@ class Release:
         return self.url.rsplit("/", 1)[1]
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """One commit of a public repository whose published archives leave the tests out, read from
+    a local git mirror (the workplace's `fetch github:OWNER/NAME` brings one to MIRRORS)."""
+
+    repo: str  # owner/name on GitHub
+    commit: str  # the full hash: the pin
+    paths: tuple[str, ...] = ()  # only these (a mirror may lack some large files' blobs)
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo.replace('/', '+')}-{self.commit[:12]}"
+
+
+MIRRORS = Path(os.environ.get("NPU_MIGRATE_MIRRORS", "/work/.mirror"))
+
 X_TRANSFORMERS = Release(
     f"{FILES}/c7/36/9814f909a009d75407ae53e6d771f11a02b2ff9a407df0eed158c369ac62/x_transformers-2.31.10.tar.gz",
     "17f2c50ccb0e2b93f83a84c1374ff7158ed3852310910d6fed26c925776ae403",
@@ -68,27 +84,22 @@ ULTRALYTICS = Release(  # the whole sdist, tests included (benchmarks/real_tests
     "94a0767a0f1ed3c5e9d16ec620c2412ba87fec32da2a2a29db976b140e4161c6",
     "ultralytics-8.3.100",
 )
+LIGHTNING = Snapshot(
+    "Lightning-AI/pytorch-lightning",
+    "7f0c3436cd3f6ad3753125672024fc415cbcb414",
+    ("src", "tests", "requirements", "pyproject.toml", "setup.py", "requirements.txt"),
+)
+KORNIA = Snapshot("kornia/kornia", "b4f5a78a13891c7ac4c1cd9695941380273e981d")
+DIFFUSERS_REPO = Snapshot("huggingface/diffusers", "58eb52c0803ea9af3abec60841c2a093bdf1f951")
+OPEN_CLIP = Snapshot(
+    "mlfoundations/open_clip", "89fb801f1e6087880e951fc8354b8a2077b79c6d", ("src", "tests", "pyproject.toml")
+)
+MMENGINE = Snapshot("open-mmlab/mmengine", "254342938d9bde1775c39ea7d5181c5d294026c4")
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
     "diffusers",
 )
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One commit of a public repository whose published archives leave the tests out, read from
-    a local git mirror (the workplace's `fetch github:OWNER/NAME` brings one to MIRRORS)."""
-
-    repo: str  # owner/name on GitHub
-    commit: str  # the full hash: the pin
-
-    @property
-    def name(self) -> str:
-        return f"{self.repo.replace('/', '+')}-{self.commit[:12]}"
-
-
-MIRRORS = Path(os.environ.get("NPU_MIGRATE_MIRRORS", "/work/.mirror"))
 
 
 def checkout(snapshot: Snapshot) -> Path:
@@ -104,7 +115,8 @@ def checkout(snapshot: Snapshot) -> Path:
     with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
         archive = Path(scratch) / "tree.tar"
         done = subprocess.run(
-            ["git", "--git-dir", str(mirror), "archive", "-o", str(archive), snapshot.commit],
+            ["git", "--git-dir", str(mirror), "archive", "-o", str(archive), snapshot.commit,
+             *snapshot.paths],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode:
