@@ -50,6 +50,7 @@ class Project:
     tests: str  # the pytest command, run in the project's root
     needs: str = ""  # what its tests import beyond the dev extra
     env: tuple[tuple[str, str], ...] = ()  # set for both sides, e.g. to keep it off the network
+    timeout: int = 600  # seconds per side
 
 
 ACCELERATE_TESTS = " ".join(
@@ -106,7 +107,7 @@ PROJECTS = [
                 tests/models/test_layers_utils.py tests/models/test_attention_dispatch.py"""),
             "huggingface_hub safetensors regex requests importlib_metadata pillow httpx filelock "
             "parameterized pytest-timeout requests-mock accelerate(--no-deps)",
-            (("HF_HUB_OFFLINE", "1"),)),
+            (("HF_HUB_OFFLINE", "1"),), 1800),
     Project("open_clip", "multimodal (CLIP/SigLIP) models and their training tasks", OPEN_CLIP,
             pytest_run("-o pythonpath=src -p no:cacheprovider", """
                 tests/test_loss.py tests/test_params.py tests/test_task_base_unit.py
@@ -136,6 +137,8 @@ def verify(project: Project, unsafe: bool, bisect: bool) -> tuple[dict, float]:
             str(source_tree(project)),
             "--tests",
             project.tests,
+            "--timeout",
+            str(project.timeout),
             "--json",
             str(report),
         ]
