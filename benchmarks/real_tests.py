@@ -30,6 +30,7 @@ from tests.sources import (
     DIFFUSERS_REPO,
     KORNIA,
     LIGHTNING,
+    MMENGINE,
     OPEN_CLIP,
     TIMM,
     ULTRALYTICS,
@@ -108,6 +109,15 @@ PROJECTS = [
             "huggingface_hub safetensors regex requests importlib_metadata pillow httpx filelock "
             "parameterized pytest-timeout requests-mock accelerate(--no-deps)",
             (("HF_HUB_OFFLINE", "1"),), 1800),
+    Project("mmengine", "OpenMMLab's training engine (under mmdet/mmseg); already runs on the NPU in places",
+            MMENGINE, pytest_run("-p no:cacheprovider", """
+                tests/test_device tests/test_utils/test_dl_utils tests/test_runner/test_amp.py
+                tests/test_runner/test_log_processor.py tests/test_model tests/test_structures
+                tests/test_logging/test_logger.py tests/test_hooks/test_empty_cache_hook.py
+                tests/test_hooks/test_ema_hook.py tests/test_hooks/test_profiler_hook.py
+                tests/test_optim/test_optimizer tests/test_dist""")
+            + " -k 'not GLOO and not NCCL and not TestZeroOptimizer and (not TestOptimWrapper or Dict)'",
+            "addict yapf termcolor rich opencv-python-headless matplotlib parameterized"),
     Project("open_clip", "multimodal (CLIP/SigLIP) models and their training tasks", OPEN_CLIP,
             pytest_run("-o pythonpath=src -p no:cacheprovider", """
                 tests/test_loss.py tests/test_params.py tests/test_task_base_unit.py
