@@ -108,8 +108,8 @@ def test_unknown_torch_cuda_names_are_reported_not_renamed() -> None:
 
 def test_the_cuda_module_imported_from_torch_becomes_torch_npus() -> None:
     code = "from torch import cuda\nimport torch.cuda\ncuda.synchronize()\nok = hasattr(cuda, 'x')\n"
-    assert migrate(code) == (
-        "from torch_npu import npu\nimport torch_npu.npu\nimport torch_npu\n"
+    assert migrate(code) == (  # `import torch.cuda` binds `torch`: its rewrite must too
+        "from torch_npu import npu\nimport torch\nimport torch_npu\n"
         "npu.synchronize()\nok = hasattr(npu, 'x')\n"
     )
 
