@@ -126,10 +126,8 @@ def _comparison_holds(
         fixed = [i for i in inside(comparison.span) if fixes[i]]
         if not fixed:
             continue
-        left = next(
-            (i for value in _values_read(program, comparison.reads) for i in inside(value.span) if leaves[i]),
-            None,
-        )
+        values = _values_read(program, comparison.reads)
+        left = next((i for value in values for i in inside(value.span) if leaves[i]), None)
         if left is not None:
             why = (
                 f"it is compared in `{comparison.text}` with a value that stays CUDA "
@@ -139,7 +137,7 @@ def _comparison_holds(
             held |= {i: Hold(COMPARED_WITH_CUDA, why) for i in fixed}
             continue
         probes = [i for i in fixed if sites[i].probe]
-        outside = _imported_read(program, comparison) if comparison.equality and probes else None
+        outside = _imported_read(program, comparison, values) if comparison.equality and probes else None
         if outside is not None:
             name, module = outside
             why = (
@@ -151,10 +149,13 @@ def _comparison_holds(
     return held
 
 
-def _imported_read(program: Program, comparison: Comparison) -> tuple[str, str] | None:
-    """A name the comparison reads (itself or through the values it reads here) that the file
-    imports from another module, with that module; None when every operand is the file's own."""
-    keys = set(comparison.reads) | {k for v in _values_read(program, comparison.reads) for k in v.reads}
+def _imported_read(
+    program: Program, comparison: Comparison, values: Sequence[Value]
+) -> tuple[str, str] | None:
+    """A name the comparison reads (itself or through `values`, those its operands read here)
+    that the file imports from another module, with that module; None when every operand is the
+    file's own."""
+    keys = set(comparison.reads) | {k for v in values for k in v.reads}
     for key in sorted(keys, key=str):
         if key in program.imported and key not in program.values:
             return str(key[2]), program.imported[key]
