@@ -304,41 +304,33 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 # torch_npu.npu.memory's deprecated names warn and answer as the names they became (as torch.cuda's).
 
 
+def _deprecated(message: str) -> None:
+    warnings.warn(message, DeprecationWarning, stacklevel=3)  # at the caller of the deprecated name
+
+
 def reset_max_memory_allocated(device: Any = None) -> None:
-    warnings.warn(
+    _deprecated(
         "torch_npu.npu.reset_max_memory_allocated now calls torch_npu.npu.reset_peak_memory_stats, "
-        "which resets /all/ peak memory stats.",
-        DeprecationWarning,
-        stacklevel=2,
+        "which resets /all/ peak memory stats."
     )
     reset_peak_memory_stats(device)
 
 
 def reset_max_memory_cached(device: Any = None) -> None:
-    warnings.warn(
+    _deprecated(
         "torch_npu.npu.reset_max_memory_cached now calls torch_npu.npu.reset_peak_memory_stats, "
-        "which resets /all/ peak memory stats.",
-        DeprecationWarning,
-        stacklevel=2,
+        "which resets /all/ peak memory stats."
     )
     reset_peak_memory_stats(device)
 
 
 def memory_cached(device: Any = None) -> int:
-    warnings.warn(
-        "torch_npu.npu.memory_cached has been renamed to torch_npu.npu.memory_reserved",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    _deprecated("torch_npu.npu.memory_cached has been renamed to torch_npu.npu.memory_reserved")
     return memory_reserved(device)
 
 
 def max_memory_cached(device: Any = None) -> int:
-    warnings.warn(
-        "torch_npu.npu.max_memory_cached has been renamed to torch_npu.npu.max_memory_reserved",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    _deprecated("torch_npu.npu.max_memory_cached has been renamed to torch_npu.npu.max_memory_reserved")
     return max_memory_reserved(device)
 
 
