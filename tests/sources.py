@@ -121,14 +121,7 @@ def checkout(snapshot: Snapshot) -> Path:
         )  # fmt: skip
         if done.returncode:
             raise SystemExit(f"{snapshot.repo}@{snapshot.commit}: {done.stderr.strip()}")
-        unpacked = Path(scratch) / "unpacked"
-        with tarfile.open(archive) as tar:
-            tar.extractall(unpacked, filter="data")
-        try:
-            unpacked.rename(target)
-        except OSError:
-            if not target.is_dir():
-                raise
+        _unpack(archive, target)
     return target
 
 
@@ -144,15 +137,21 @@ def fetch(release: Release) -> Path:
             digest = hashlib.sha256(archive.read_bytes()).hexdigest()
             if digest != release.sha256:
                 raise RuntimeError(f"{release.url}: sha256 {digest}, expected {release.sha256}")
-            unpacked = Path(scratch) / "unpacked"
-            if release.name.endswith(".whl"):
-                zipfile.ZipFile(archive).extractall(unpacked)
-            else:
-                with tarfile.open(archive) as tar:
-                    tar.extractall(unpacked, filter="data")
-            try:
-                unpacked.rename(target)  # atomic: a concurrent fetch of the same release may win
-            except OSError:
-                if not target.is_dir():
-                    raise
+            _unpack(archive, target)
     return target / release.package
+
+
+def _unpack(archive: Path, target: Path) -> None:
+    """Unpack beside the archive, then move into place in one rename: a concurrent run unpacking
+    the same archive may win, and no one sees a half-unpacked folder."""
+    unpacked = archive.parent / "unpacked"
+    if archive.name.endswith(".whl"):
+        zipfile.ZipFile(archive).extractall(unpacked)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+    try:
+        unpacked.rename(target)
+    except OSError:
+        if not target.is_dir():
+            raise
