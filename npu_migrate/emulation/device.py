@@ -25,7 +25,7 @@ class _NpuDevices(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if func is torch.device or name == "_parse_to":  # "npu:0" stays an NPU device until used
+        if func is state.Device or name == "_parse_to":  # "npu:0" stays an NPU device until used
             return func(*args, **kwargs)
         if torch.compiler.is_compiling():  # a traced graph: devices mapped, no tensor tracked
             return func(*_on_backing(args), **_on_backing_keywords(kwargs))
@@ -59,11 +59,11 @@ def _on_backing_keywords(kwargs: dict) -> dict:
 def _tensor_npu(
     self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any
 ) -> torch.Tensor:
-    return self.to(torch.device("npu", state.index_of(device)), non_blocking=non_blocking, **kwargs)
+    return self.to(state.Device("npu", state.index_of(device)), non_blocking=non_blocking, **kwargs)
 
 
 def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
-    return self.to(torch.device("npu", state.index_of(device)))
+    return self.to(state.Device("npu", state.index_of(device)))
 
 
 def _parameter(original: Any) -> Any:
@@ -83,7 +83,7 @@ def _parameter(original: Any) -> Any:
 def _load(original: Any) -> Any:
     @functools.wraps(original)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        on_npu = isinstance(map_location, str | torch.device) and state.is_npu(map_location)
+        on_npu = isinstance(map_location, str | state.Device) and state.is_npu(map_location)
         loaded = original(f, state.real(map_location) if on_npu else map_location, *args, **kwargs)
         if on_npu:
             device = state.index_of(map_location)

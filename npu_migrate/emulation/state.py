@@ -6,14 +6,17 @@ from typing import Any
 
 import torch
 
-_backing = torch.device("cpu")
+# The real class, kept at install: tests that monkeypatch `torch.device` with a mock (Lightning's
+# XLA tests do) must not change what the emulation takes for a device.
+Device = torch.device
+_backing = Device("cpu")
 installed = False  # whether the emulation runs (device.install): then NPU tensors are tracked
 
 
 def choose(backing: str | None) -> torch.device:
     """The requested backing device, or CUDA when present, else the CPU."""
     global _backing
-    _backing = torch.device(backing or ("cuda" if torch.cuda.is_available() else "cpu"))
+    _backing = Device(backing or ("cuda" if torch.cuda.is_available() else "cpu"))
     return _backing
 
 
@@ -26,8 +29,8 @@ def index_of(device: Any) -> int:
     if isinstance(device, int):
         return device
     if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device) and device.index is not None:
+        device = Device(device)
+    if isinstance(device, Device) and device.index is not None:
         return device.index
     return 0
 
@@ -35,7 +38,7 @@ def index_of(device: Any) -> int:
 def is_npu(device: Any) -> bool:
     if isinstance(device, str):
         return device == "npu" or device.startswith("npu:")
-    return isinstance(device, torch.device) and device.type == "npu"
+    return isinstance(device, Device) and device.type == "npu"
 
 
 def real(device: Any) -> Any:
@@ -43,5 +46,5 @@ def real(device: Any) -> Any:
     if not is_npu(device):
         return device
     if _backing.type == "cuda":
-        return torch.device("cuda", index_of(device))
+        return Device("cuda", index_of(device))
     return _backing

@@ -95,7 +95,7 @@ def target(func: Callable, args: tuple, kwargs: dict) -> tuple[str, int] | None:
                 found = index(value)
                 return (NPU, found) if found is not None else (HOST, 0)
             # a bool is an int, but in `.to(dtype, True)` it is non_blocking, not a device
-            if isinstance(value, str | torch.device | int) and not isinstance(value, bool):
+            if isinstance(value, str | state.Device | int) and not isinstance(value, bool):
                 return _device_target(value)
         return None
     found = next((state.index_of(a) for a in args if state.is_npu(a)), None)
@@ -104,7 +104,7 @@ def target(func: Callable, args: tuple, kwargs: dict) -> tuple[str, int] | None:
 
 def _device_target(device: Any) -> tuple[str, int]:
     if isinstance(device, int):
-        device = torch.device(state.backing().type, device)
+        device = state.Device(state.backing().type, device)
     return (NPU, state.index_of(device)) if state.is_npu(device) else (HOST, 0)
 
 
@@ -147,7 +147,7 @@ def read(name: str, tensor: torch.Tensor, value: Any) -> Any:
     if device is None:
         return value
     if name == "device":
-        return torch.device("npu", device)
+        return state.Device("npu", device)
     if name in ("is_cuda", "is_cpu"):
         return False
     if name in ("grad", "data") and isinstance(value, torch.Tensor):

@@ -221,6 +221,34 @@ def test_device_count_honours_ascend_rt_visible_devices(tmp_path: Path) -> None:
     assert "visible devices ok" in result.stdout
 
 
+# Lightning's XLA tests monkeypatch `torch.device` with a Mock whose isinstance check always says
+# yes; code that builds devices through the mock must not make the emulation read a float or a
+# mock as a device (it raised "'float' object has no attribute 'type'" in tensor creation).
+MOCKED_DEVICE_CLASS = r"""
+from unittest import mock
+import torch
+import torch_npu
+
+
+class DeviceMock(mock.Mock):
+    def __instancecheck__(self, instance):
+        return True
+
+
+with mock.patch.object(torch, "device", DeviceMock()):
+    assert torch.full((2,), 0.5).tolist() == [0.5, 0.5]
+    assert torch.tensor([1.0], device="npu").is_npu
+print("mocked device ok")
+"""
+
+
+def test_a_mocked_torch_device_does_not_fool_the_emulation(tmp_path: Path) -> None:
+    script = write(tmp_path, "mocked.py", MOCKED_DEVICE_CLASS)
+    result = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "mocked device ok" in result.stdout
+
+
 # Names NPU101 writes that the emulation leaves out, each for a reason: allocator internals and
 # graph pools have no meaning on the CPU backing, and code that calls them is rare enough that a
 # failure under the emulation (which says it comes from the emulation) is the honest answer.
