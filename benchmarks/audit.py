@@ -10,8 +10,9 @@ detector built from the rules would only find what the rules already know):
   * names: `cuda` and `is_cuda` (as in `torch.cuda`, `.cuda()`, `from torch import cuda`,
     `t.is_cuda`; not variables of the code's own named so), `cudnn` (TF32 switches go through
     `torch.backends.cuda` or `cudnn`), `set_float32_matmul_precision`, `NCCL`, `CUDAAccelerator`,
-    `is_torch_cuda_available`; a definition (`def cuda(self)`), a keyword named so or a module of
-    the code's own (`from .cuda import x`) is not one;
+    `is_torch_cuda_available`; a definition (`def cuda(self)`), a keyword named so, a module of
+    the code's own (`from .cuda import x`) or a name the tree defines itself (its own
+    `class CUDAAccelerator`) is not one;
   * string literals whose whole text is a CUDA device or backend: `cuda`, `cuda:0`, `cuda:{}`
     (f-string fields read as `{}`), `gpu` (lowercase, as torch and the frameworks spell devices;
     "CUDA" and "GPU" are labels), `nccl` in any case and the `cpu:gloo,cuda:nccl` forms.
@@ -135,8 +136,14 @@ def _string_text(literal: str) -> str | None:
     return _FIELD.sub("{}", body) if "f" in letters else body
 
 
+# A class or function the tree defines itself: a name such as CUDAAccelerator is then the code's
+# own (Lightning's own sources, a project's own accelerator family), not a library's API.
+_DEFINITION = re.compile(r"^[ \t]*(?:class|def)[ \t]+(\w+)", re.MULTILINE)
+
+
 def tree_traces(root: Path) -> list[Trace]:
     found: list[Trace] = []
+    own: set[str] = set()
     for path in sorted(root.rglob("*")):
         kind = _text_kind(path.relative_to(root).as_posix())
         if not path.is_file() or path.is_symlink() or kind is None:
@@ -145,11 +152,13 @@ def tree_traces(root: Path) -> list[Trace]:
         name = path.relative_to(root).as_posix()
         if kind == "python":
             found += traces_in(source, name)
+            own.update(_DEFINITION.findall(source))
         elif kind == "notebook":
             found += notebook_traces(source, name)
         else:
             found += line_traces(source, name, *TEXT_TRACES[kind])
-    return found
+    own -= ATTRIBUTES_ONLY  # `def cuda(self)` does not make `torch.cuda` the code's own
+    return [t for t in found if t.kind not in own]
 
 
 # A shell line (`!cmd` in a notebook, or a line of a %%bash cell) with a CUDA tool or variable.

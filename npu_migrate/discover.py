@@ -115,11 +115,38 @@ def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> Source
 def module_of(path: Path) -> ModulePath:
     """The module a file is, found from the `__init__.py` files of its folders."""
     package = package_of(path.parent)
+    beside = cuda_member_beside(path) if path.suffix == ".py" else ""
     if not package:
-        return NO_MODULE
+        return ModulePath(cuda_member_beside=beside)
     if path.name == "__init__.py":
         return ModulePath(package, package)
-    return ModulePath(f"{package}.{path.stem}" if path.stem.isidentifier() else "", package)
+    return ModulePath(f"{package}.{path.stem}" if path.stem.isidentifier() else "", package, beside)
+
+
+# Module names of one member of a family of per-device implementations, their tests' names
+# (`test_cuda.py`) read as the module they test.
+_CUDA_MEMBER = frozenset({"cuda", "gpu"})
+_OTHER_DEVICES = frozenset({"cpu", "mps", "xla", "tpu", "xpu", "hpu", "npu", "ipu", "mlu", "rocm", "hip"})
+
+
+def cuda_member_beside(path: Path) -> str:
+    """The modules beside `path` named for other devices, when `path` is named for CUDA
+    (`accelerators/cuda.py` beside cpu.py and mps.py); "" otherwise."""
+    if _device_word(path.stem) not in _CUDA_MEMBER:
+        return ""
+    return ", ".join(name for name in _python_files(path.parent) if _device_word(name[:-3]) in _OTHER_DEVICES)
+
+
+def _device_word(stem: str) -> str:
+    return stem.removeprefix("test_").removesuffix("_test")
+
+
+def _python_files(folder: Path) -> list[str]:
+    """Read for files named for CUDA only, so never cached: a folder may change between runs."""
+    try:
+        return sorted(e.name for e in os.scandir(folder) if e.name.endswith(".py") and e.is_file())
+    except OSError:
+        return []
 
 
 @functools.cache

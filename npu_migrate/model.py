@@ -42,11 +42,15 @@ class ModulePath:
 
     name: str = ""  # the module's dotted name; "" outside any package
     package: str = ""  # what its relative imports start from; "" outside any package
+    # The modules beside it named for other devices, when it is named for CUDA: the CUDA member
+    # of a family of per-device implementations (Lightning's accelerators/cuda.py beside cpu.py,
+    # mps.py and xla.py); "" otherwise.
+    cuda_member_beside: str = ""
 
     @property
     def key(self) -> bytes:
         """What results depend on, for the result cache."""
-        return f"{self.name}\0{self.package}".encode()
+        return f"{self.name}\0{self.package}\0{self.cuda_member_beside}".encode()
 
 
 NO_MODULE = ModulePath()  # a file outside any package

@@ -24,7 +24,7 @@ import torch
 import torch_npu
 import pytest
 
-import collect_env, expectations, export_onnx, nms, profile_models, select_device, train
+import accelerators, collect_env, expectations, export_onnx, nms, profile_models, select_device, train
 
 assert "GPU available: False" in collect_env.collect_env_info()  # no CUDA capability asked for
 assert export_onnx.session_providers() == ["CPUExecutionProvider"]
@@ -37,6 +37,9 @@ assert select_device.select_device("").type == "npu"  # trains on the NPU, not o
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytest.ExitCode.OK  # skipped
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) == pytest.ExitCode.OK
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_log_memory.py"]) == pytest.ExitCode.OK
+accelerator = accelerators.choose_accelerator()  # the CPU member, as unmigrated
+accelerator.setup_device(accelerator.get_parallel_devices([0])[0])
 table = {None: "default", "rocm": "rocm values", "npu": "npu values"}
 assert expectations.pick({None: "default", "rocm": "rocm values"}, "npu") == "default"
 assert expectations.pick(table, expectations.running_device()) == "npu values"
@@ -98,6 +101,21 @@ def test_a_file_that_keeps_a_path_for_the_npu_stays_byte_identical(migrated: Pat
     assert (migrated / "hub_utils.py").read_bytes() == (SOURCES / "hub_utils.py").read_bytes()
 
 
+def test_the_cuda_member_of_a_per_device_family_stays_the_gpu_path(migrated: Path) -> None:
+    """Lightning's accelerators/cuda.py beside cpu.py: rewritten, CUDAAccelerator said it could
+    run on an NPU host and then refused the NPU devices it made (its device check guards CUDA
+    code left)."""
+    member = Path("accelerators", "cuda.py")
+    assert (migrated / member).read_bytes() == (SOURCES / member).read_bytes()
+
+
+def test_a_mock_patches_what_the_migrated_code_calls(migrated: Path) -> None:
+    """mmengine's log processor test: the mock's dotted target follows the call it stands for."""
+    test = read(migrated, "test_log_memory.py")
+    assert '@patch("torch.npu.max_memory_allocated", MagicMock(' in test
+    assert "torch.npu.max_memory_allocated(device=device)" in read(migrated, "log_memory.py")
+
+
 def test_a_device_string_whose_use_the_function_shows_is_migrated(migrated: Path) -> None:
     device = read(migrated, "select_device.py")
     assert 'arg = "npu:0"' in device and "torch.npu.is_available()" in device
@@ -139,6 +157,7 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "comes from `device_flags`" in held[("test_device_checks.py", 10, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
+    assert "the CUDA member of a family of per-device modules (cpu.py beside it)" in held[("cuda.py", 13, "NPU101")]
 
 
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from npu_migrate.engine.reasons import DUAL_PATH, NPU_BRANCH
+from npu_migrate.engine.reasons import CUDA_MEMBER, DUAL_PATH, NPU_BRANCH
 from npu_migrate.model import Hold
 
 # The NPU named as a word: `torch_npu`, `is_npu`, `isNpuAvailable`, `NPUAccelerator`, "npu:0",
@@ -51,6 +51,15 @@ def dual_path(why: str) -> Hold:
         DUAL_PATH,
         f"{NPU_AWARE}: this file keeps a path for the NPU beside CUDA ({why}); rewritten for the NPU, "
         "its GPU path would break: make it device-neutral or leave it",
+    )
+
+
+def cuda_member(beside: str) -> Hold:
+    """A file that is the CUDA member of a family of per-device modules (`beside`: the others)."""
+    return Hold(
+        CUDA_MEMBER,
+        f"this file is the CUDA member of a family of per-device modules ({beside} beside it): it "
+        "stays the GPU path; add an NPU member beside them",
     )
 
 

@@ -3,6 +3,10 @@ code is never worse than unmigrated code:
 
 * a file that already keeps a path for the NPU beside CUDA: every fix is held (rewritten for the
   NPU, its GPU path would break);
+* a file that is the CUDA member of a family of per-device modules (`accelerators/cuda.py` beside
+  cpu.py and mps.py, and its tests' `test_cuda.py`): every fix is held; it is the GPU path, the
+  family picks it by its own CUDA checks, and rewritten it would be chosen on an NPU host while
+  the checks it shares with the callers still expect CUDA;
 * an attribute the code binds itself (`self.is_cuda = ...`): the code's own, not the tensor's;
   neither a CUDA test nor CUDA code;
 * a comparison with a value left CUDA (`torch_device == "cuda"` where `torch_device` keeps its
@@ -25,7 +29,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from npu_migrate.engine.holds import dual_path
+from npu_migrate.engine.holds import cuda_member, dual_path
 from npu_migrate.engine.program import Guard, Program, Span, Value
 from npu_migrate.engine.program.model import Comparison, Key
 from npu_migrate.engine.reasons import (
@@ -61,6 +65,8 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     """The sites whose fix must be held back, with why (by index into `sites`)."""
     if program.dual_path is not None:
         return {i: dual_path(program.dual_path) for i, s in enumerate(sites) if s.has_fix}
+    if program.cuda_member_beside:
+        return {i: cuda_member(program.cuda_member_beside) for i, s in enumerate(sites) if s.has_fix}
     held: dict[int, Hold] = {}
     own = [s.attribute is not None and s.attribute in program.bound_attributes for s in sites]
     for i, site in enumerate(sites):

@@ -4,6 +4,7 @@ engine."""
 
 NPU_BRANCH = "code that already handles the NPU"
 DUAL_PATH = "a file with an NPU path beside CUDA"
+CUDA_MEMBER = "the CUDA member of a per-device family"
 GUARDS_CUDA = "it guards CUDA code left"
 VALUE_GUARDS_CUDA = "its value guards CUDA code left"
 COMPARED_WITH_CUDA = "it is compared with a value left CUDA"

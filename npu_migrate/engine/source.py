@@ -125,7 +125,7 @@ def scan_regions(
         index,
         enabled,
         counts,
-        lambda focus: _program(text, focus, tree),
+        lambda focus: _program(text, focus, where, tree),
         lambda line: file_line(placed, line),
     )
     matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
@@ -163,7 +163,7 @@ def migrate_whole(
     suppressions = Suppressions.of(source) if MARKER in source else None
     spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
     plan = index.names.plan(table)
-    model = functools.partial(_program, _text(source))
+    model = functools.partial(_program, _text(source), where=where)
     ctx = _match(
         module, table, plan, index, enabled, words, model, suppressions=suppressions, spans=spans_before
     )
@@ -257,13 +257,15 @@ def _span(where: CodeRange, place: Callable[[int], int]) -> Span:
     return Span((place(where.start.line), where.start.column), (place(where.end.line), where.end.column))
 
 
-def _program(text: str, focus: Collection[int], tree: ast.Module | None = None) -> Program:
+def _program(text: str, focus: Collection[int], where: ModulePath, tree: ast.Module | None = None) -> Program:
     """The program model of a file around the `focus` lines (an empty one where the stdlib
-    parser cannot read the file)."""
+    parser cannot read the file), knowing where the file sits."""
     try:
-        return Program.of(tree or stdlib_parse(text), split_lines(text), focus)
+        program = Program.of(tree or stdlib_parse(text), split_lines(text), focus)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return Program()
+        program = Program()
+    program.cuda_member_beside = where.cuda_member_beside
+    return program
 
 
 def _text(source: bytes) -> str:

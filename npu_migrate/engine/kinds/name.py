@@ -1,12 +1,14 @@
 """`name:` rules: qualified names (`torch.cuda.synchronize`, `torch.cuda.*`) resolved through the
-file's imports and aliases, wherever they are referenced or imported. Rename fixes keep the
-author's aliases, and an import that a rename touches is rewritten with every use."""
+file's imports and aliases, wherever they are referenced or imported, and where a test spells
+one as the target a mock patches (`mock.patch("torch.cuda.synchronize")`): the mock must patch
+what the migrated code calls. Rename fixes keep the author's aliases, and an import that a
+rename touches is rewritten with every use."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cmp_to_key
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 from pydantic import Field
@@ -21,6 +23,7 @@ from npu_migrate.engine.imports import (
     renamed,
     renamed_by,
 )
+from npu_migrate.engine.kinds.arguments import callee
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
 from npu_migrate.engine.kinds.fields import QualifiedNames, Strict
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
@@ -47,6 +50,7 @@ class NameMatcher(Matcher):
     def __init__(self, ctx: FileContext, kind: NameKind) -> None:
         super().__init__(ctx, kind)
         self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}  # reference -> (parts, qualified)
+        self.targets: set[cst.SimpleString] = set()  # mock targets some rule's name is
 
     # ------------------------------------------------------------ references
 
@@ -58,6 +62,26 @@ class NameMatcher(Matcher):
         parts = self.ctx.facts.chains.get(node)
         if parts is not None:
             self._note(node, parts)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        target = _patch_target(self.ctx, node)
+        if target is not None and self.kind.table.rules_for(target.evaluated_value):  # type: ignore[arg-type]
+            self.targets.add(target)
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> list[Candidate]:
+        if original not in self.targets:
+            return []
+        qualified = cast(str, original.evaluated_value)
+        return [self._fixed_target(c, qualified, updated) for c in self.kind.ranked(qualified)]
+
+    def _fixed_target(self, candidate: Candidate, qualified: str, updated: cst.SimpleString) -> Candidate:
+        """A mock's target, renamed as the code it patches is (the string is an absolute path)."""
+        fix = candidate.rule.fix
+        new_qualified = renamed(qualified, fix.rename) if fix and fix.rename else None
+        if new_qualified is None:
+            return candidate
+        fixed = updated.with_changes(value=f"{updated.prefix}{updated.quote}{new_qualified}{updated.quote}")
+        return Candidate(candidate.rule, fixed, part=candidate.part, specificity=candidate.specificity)
 
     def _note(self, node: cst.CSTNode, parts: list[str]) -> None:
         qualified = self.ctx.table.qualify(parts)
@@ -203,6 +227,25 @@ _KEPT_FOR_USES = Hold(
 _REEXPORTED = Hold(
     REEXPORTED, "this file does not use the name, it re-exports it: its users are migrated where they are"
 )
+
+
+# Calls whose first argument names, as an absolute dotted path, what they patch: unittest.mock's
+# patch (imported as `mock.patch` or `patch`), and pytest's `monkeypatch.setattr("a.b.c", value)`
+# and pytest-mock's `mocker.patch("a.b.c")`, known by their method names.
+_PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
+_PATCHER_METHODS = frozenset({"patch", "setattr"})
+
+
+def _patch_target(ctx: FileContext, call: cst.Call) -> cst.SimpleString | None:
+    """The dotted string a patcher call is given as its target, or None."""
+    first = call.args[0] if call.args else None
+    if first is None or first.keyword is not None or not isinstance(first.value, cst.SimpleString):
+        return None
+    text = first.value.evaluated_value
+    if not isinstance(text, str) or "." not in text or not all(p.isidentifier() for p in text.split(".")):
+        return None
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return first.value if callee(ctx, call) in _PATCHERS or method in _PATCHER_METHODS else None
 
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:

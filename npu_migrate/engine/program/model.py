@@ -91,6 +91,7 @@ class Program:
     comparisons: list[Comparison] = field(default_factory=list)
     imported: dict[Key, str] = field(default_factory=dict)  # a module-level name -> where it comes from
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
+    cuda_member_beside: str = ""  # the other devices' modules, when the file is the CUDA member of a family
     device_parameters: list[DeviceParameter] = field(default_factory=list)
 
     @classmethod
