@@ -9,7 +9,7 @@ import pytest
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.program import Program
-from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DEVICE_FROM_CALLER
+from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DATA_DEVICE_UNSEEN, DEVICE_FROM_CALLER
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
 from npu_migrate.rules.load import load_rules
@@ -126,12 +126,43 @@ def test_a_fused_optimizer_is_held_where_the_caller_chooses_the_device() -> None
         "import torch\n"
         "def test_step(device):\n"
         "    opt = torch.optim.SGD(model.to(device).parameters(), lr=0.1)\n"
+        "model.cuda()\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     )
     result = migrate_source(code.encode(), INDEX, frozenset(Applicability))
     new = (result.new_source or b"").decode()
     assert "opt = torch.optim.SGD(model.to(device)" in new and "\nopt = torch_npu.optim.NpuFusedSGD(" in new
     assert reasons(result)[("NPU912", 3)] == DEVICE_FROM_CALLER
+
+
+def test_a_fused_optimizer_is_made_only_where_its_parameters_are_seen_going_to_an_accelerator() -> None:
+    """Lightning's tests train a BoringModel on the CPU accelerator: its configure_optimizers
+    builds torch.optim.SGD over parameters the trainer placed, and NpuFusedSGD raised there."""
+    placed = {
+        "model = Net().cuda()\n": True,
+        "model = Net().to('cuda:0')\n": True,
+        "model = Net()\nmodel.to(torch.device('cuda', rank))\n": True,
+        "device = 'cuda'\nmodel = Net()\nmodel = model.to(device)\n": True,
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = Net().to(device).train()\n": True,
+        "parser.add_argument('--device', default='cuda')\nmodel = Net().to(parser.parse_args().device)\n": (
+            True
+        ),
+        "device = os.environ['DEVICE']\nmodel = Net()\nmodel.to(device)\n": False,
+        "model = Net()\nmodel.to(torch.float16)\n": False,
+        "model = Net()\n": False,
+    }
+    for setup, fused in placed.items():
+        code = f"import torch\n{setup}opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        result = migrate_source(code.encode(), INDEX, frozenset(Applicability))
+        assert ("NpuFusedSGD(" in (result.new_source or b"").decode()) == fused, setup
+        if not fused:
+            assert DATA_DEVICE_UNSEEN in reasons(result).values(), setup
+    method = (
+        "import torch\nclass M:\n    def configure_optimizers(self):\n"
+        "        return torch.optim.SGD(self.layer.parameters(), lr=0.1)\n"
+    )
+    result = migrate_source(method.encode(), INDEX, frozenset(Applicability))
+    assert reasons(result)[("NPU912", 4)] == DATA_DEVICE_UNSEEN
 
 
 def test_calls_into_compiled_extensions_are_cuda_code() -> None:

@@ -157,7 +157,8 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "comes from `device_flags`" in held[("test_device_checks.py", 10, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
-    assert "the CUDA member of a family of per-device modules (cpu.py beside it)" in held[("cuda.py", 13, "NPU101")]
+    member = "the CUDA member of a family of per-device modules (cpu.py beside it)"
+    assert member in held[("cuda.py", 13, "NPU101")]
 
 
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ code is never worse than unmigrated code:
   (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return);
 * a fix whose code works only on data on the NPU (Rule.needs_npu_data: the fused optimizers) in
   a function whose device its caller chooses (`def test_step(device):`, a test's fixture, which
-  may be the CPU): rewritten, the code would fail there, where it ran before."""
+  may be the CPU), or whose data the file is not seen moving to an accelerator (`model.cuda()`,
+  `model.to("cuda")`): rewritten, the code would fail there, where it ran before."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from npu_migrate.engine.program.model import Comparison, Key
 from npu_migrate.engine.reasons import (
     COMPARED_ACROSS_FILES,
     COMPARED_WITH_CUDA,
+    DATA_DEVICE_UNSEEN,
     DEVICE_FROM_CALLER,
     GUARDS_CUDA,
     OWN_ATTRIBUTE,
@@ -91,7 +93,9 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
 def _device_holds(
     sites: Sequence[Site], program: Program, inside: Callable[[Span], list[int]], fixes: Sequence[bool]
 ) -> dict[int, Hold]:
-    """Fixes that need their data on the NPU, inside a function whose device is its caller's."""
+    """Fixes that need their data on the NPU, inside a function whose device is its caller's, or
+    where the data is not seen going to an accelerator (a LightningModule's optimizer: the
+    trainer places the parameters, on the CPU when told so)."""
     held: dict[int, Hold] = {}
     for function in program.device_parameters:
         for i in inside(function.body):
@@ -102,6 +106,14 @@ def _device_holds(
                     f"its data is on the device `{function.parameter}` that the caller of line "
                     f"{function.line} chooses, which may be the CPU, and {why}",
                 )
+    for i, site in enumerate(sites):
+        reads = program.data_of.get(site.span.start, frozenset())
+        if site.needs_npu_data and fixes[i] and i not in held and not program.on_accelerator(reads):
+            held[i] = Hold(
+                DATA_DEVICE_UNSEEN,
+                "this file does not show its data moved to an accelerator (by `.cuda()`, `.npu()`, or "
+                f"`.to()` a CUDA or NPU device), so it may be on the CPU, and {site.needs_npu_data}",
+            )
     return held
 
 

@@ -306,6 +306,13 @@ def test_fused_rewrite_matches_the_original(case: str, dtype) -> None:
     compare(function(original), function(fused), make_inputs(), dtype)
 
 
+class _Placed(torch.nn.Sequential):
+    """The harness trains on the CPU: moving the model to an accelerator keeps it there."""
+
+    def cuda(self, device=None):
+        return self
+
+
 OPTIMIZERS = {
     "NPU910": "torch.optim.AdamW(params, lr=0.05, weight_decay=0.1)",
     "NPU911": "torch.optim.Adam(params, lr=0.05, betas=(0.8, 0.99))",
@@ -319,15 +326,17 @@ OPTIMIZERS = {
 
 @pytest.mark.parametrize("code", sorted(OPTIMIZERS))
 def test_fused_optimizer_trains_like_the_original(code: str) -> None:
-    original = HEADER + f"import apex\n\ndef make(params):\n    return {OPTIMIZERS[code]}\n"
+    # The fused rules apply only where the parameters are seen going to an accelerator.
+    make = f"def make(model):\n    params = model.cuda().parameters()\n    return {OPTIMIZERS[code]}\n"
+    original = HEADER + "import apex\n\n" + make
     fused = rewritten(original, "torch_npu.optim.NpuFused")
     if "apex" in OPTIMIZERS[code]:
         assert "import apex" not in fused, "the CUDA-only import must go with its last use"
     weights = []
     for source in (original, fused):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-        optimizer = function(source, "make")(model.parameters())
+        model = _Placed(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        optimizer = function(source, "make")(model)
         data = torch.randn(32, 8, generator=torch.Generator().manual_seed(1))
         for _ in range(5):
             optimizer.zero_grad()

@@ -19,7 +19,11 @@ It knows:
 * whether the file already keeps a path for the NPU beside CUDA (a `try` that imports torch_npu
   and goes on without it, `is_torch_npu_available()`, `torch_npu = None`);
 * the functions whose device their caller chooses (a parameter named like `device`, which a
-  test's fixture or a caller may set to the CPU)."""
+  test's fixture or a caller may set to the CPU);
+* placements: the objects the code visibly moves to an accelerator (`model.cuda()`,
+  `model = Net().to("cuda")`, `self.net.to(device)` where every value of `device` names CUDA or
+  the NPU), and what each call's first argument (or `params=`) reads, so that a fix whose code
+  needs its data on the NPU is made only where the data is seen going there."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from npu_migrate.engine.program.spans import Columns, Span
+from npu_migrate.engine.program.spans import Columns, Position, Span
 
 # What a value is known by: ("name", scope, name), ("attr", name), ("call", function name).
 Key = tuple[str | int, ...]
@@ -93,6 +97,22 @@ class Program:
     dual_path: str | None = None  # why the file already keeps a path for the NPU beside CUDA
     cuda_member_beside: str = ""  # the other devices' modules, when the file is the CUDA member of a family
     device_parameters: list[DeviceParameter] = field(default_factory=list)
+    placed: set[Key] = field(default_factory=set)  # objects moved to an accelerator, visibly
+    data_of: dict[Position, frozenset[Key]] = field(
+        default_factory=dict
+    )  # a call's start -> what its data reads
+    # Keys bound to a device that names an accelerator, and keys bound to anything else.
+    accelerator_keys: set[Key] = field(default_factory=set)
+    other_keys: set[Key] = field(default_factory=set)
+    placed_through: list[tuple[Key, Key]] = field(default_factory=list)  # `x.to(device)`: x, device
+
+    def on_accelerator(self, reads: frozenset[Key]) -> bool:
+        """Whether data that reads `reads` (or the values those keys were bound to) is visibly
+        on an accelerator."""
+        accelerators = self.accelerator_keys - self.other_keys
+        placed = self.placed | {key for key, device in self.placed_through if device in accelerators}
+        expanded = set(reads).union(*(v.reads for key in reads for v in self.values.get(key, ())))
+        return bool(expanded & placed)
 
     @classmethod
     def of(cls, tree: ast.Module, lines: Sequence[str], focus: Collection[int] | None = None) -> Program:
@@ -309,6 +329,9 @@ class _Reader(ast.NodeVisitor):
         elif isinstance(target, ast.Attribute):
             self._value(("attr", target.attr), value)
         elif isinstance(target, ast.Name):
+            moved = _moved_in_chain(value)
+            if moved is not None:
+                self._place(target, moved[1])
             scope = self.scopes[-1]
             if scope.is_class:
                 self._bind_attribute(target.id, target)
@@ -327,6 +350,7 @@ class _Reader(ast.NodeVisitor):
             self._value(("name", id(node), arg.arg), default)
 
     def _value(self, key: Key, value: ast.expr) -> None:
+        (self.program.accelerator_keys if _names_accelerator(value) else self.program.other_keys).add(key)
         self.program.values.setdefault(key, []).append(
             Value(key, self.columns.span(value), self._reads(value), _conjunctive(value), _question(value))
         )
@@ -381,7 +405,30 @@ class _Reader(ast.NodeVisitor):
             self.program.native_calls.append(
                 NativeCall(self.columns.span(node), f"{ast.unparse(node.func)}(...)")
             )
+        flag = _argparse_default(node)
+        if flag is not None:
+            self._value(("attr", flag[0]), flag[1])
+        data = _data_argument(node)
+        if data is not None:
+            self.program.data_of[self.columns.span(node).start] = self._reads(data)
+        moved = _moved(node)
+        if moved is not None:
+            self._place(moved[0], moved[1])
         self.generic_visit(node)
+
+    def _place(self, target: ast.expr, device: ast.expr | None) -> None:
+        """`target` goes to `device` (None: an accelerator, as `.cuda()` says)."""
+        key = self._resolve(target.id) if isinstance(target, ast.Name) else None
+        if isinstance(target, ast.Attribute):
+            key = ("attr", target.attr)
+        if key is None:
+            return
+        if device is None or _names_accelerator(device):
+            self.program.placed.add(key)
+        elif isinstance(device, ast.Name):
+            self.program.placed_through.append((key, self._resolve(device.id)))
+        elif isinstance(device, ast.Attribute):  # `args.device`, `self.device`
+            self.program.placed_through.append((key, ("attr", device.attr)))
 
     def _first_line(self, node: ast.stmt | ast.expr) -> str:
         line = self.lines[node.lineno - 1] if 0 < getattr(node, "lineno", 0) <= len(self.lines) else ""
@@ -409,6 +456,73 @@ def _dual_path(tree: ast.Module) -> str | None:
         elif isinstance(node, ast.Call) and _NPU_AVAILABLE.match(_last(node.func) or ""):
             return f"line {node.lineno} asks {_last(node.func)}()"
     return None
+
+
+# A device string that names an accelerator: "cuda", "cuda:0", "npu:1", f"cuda:{rank}".
+_ACCELERATOR = re.compile(r"^(?:cuda|npu)(?::|$)")
+
+
+def _names_accelerator(value: ast.expr) -> bool:
+    """`"cuda"`, `f"npu:{rank}"`, `torch.device("cuda", rank)`, and `"cuda" if
+    torch.cuda.is_available() else "cpu"`: an accelerator wherever one is (the fixes that ask
+    are --unsafe's, NPU-only by nature)."""
+    if isinstance(value, ast.IfExp):
+        return _names_accelerator(value.body) or _names_accelerator(value.orelse)
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, str) and _ACCELERATOR.match(value.value) is not None
+    if isinstance(value, ast.JoinedStr):
+        first = value.values[0] if value.values else None
+        return isinstance(first, ast.Constant) and _names_accelerator(first)
+    if isinstance(value, ast.Call) and _last(value.func) == "device" and value.args:
+        return _names_accelerator(value.args[0])
+    return False
+
+
+def _moved_in_chain(value: ast.expr) -> tuple[ast.expr, ast.expr | None] | None:
+    """The placement in a chain of method calls (`GPT(...).to(device).eval()`), if any."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        moved = _moved(value)
+        if moved is not None:
+            return moved
+        value = value.func.value
+    return None
+
+
+def _moved(call: ast.Call) -> tuple[ast.expr, ast.expr | None] | None:
+    """What `x.cuda()`, `x.npu()` or `x.to(device)` moves (its innermost object for a chain,
+    `Net().cuda()`: the call's result, so the caller binds it), and the device (None: an
+    accelerator)."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    method, owner = call.func.attr, call.func.value
+    if method in ("cuda", "npu"):
+        return owner, None
+    if method == "to":
+        device = (
+            call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        )
+        if device is not None and not (isinstance(device, ast.Attribute) and device.attr.endswith("dtype")):
+            return owner, device
+    return None
+
+
+def _argparse_default(call: ast.Call) -> tuple[str, ast.expr] | None:
+    """`parser.add_argument("--eval-device", default=...)` binds `args.eval_device` to it."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and call.args):
+        return None
+    flag, default = call.args[0], next((k.value for k in call.keywords if k.arg == "default"), None)
+    if default is None or not (isinstance(flag, ast.Constant) and isinstance(flag.value, str)):
+        return None
+    dest = next((k.value for k in call.keywords if k.arg == "dest"), None)
+    name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else flag.value
+    return name.lstrip("-").replace("-", "_"), default
+
+
+def _data_argument(call: ast.Call) -> ast.expr | None:
+    """The data a call works on: its first argument, or `params=` (an optimizer's)."""
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "params"), None)
 
 
 def _looks_for_torch_npu(call: ast.Call) -> bool:
