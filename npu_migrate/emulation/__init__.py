@@ -26,6 +26,7 @@ def activate(package: str = "torch_npu") -> None:
     backing = device.install(os.environ.get(BACKING_VARIABLE))
     aliases = {
         f"{package}.npu": npu_module,
+        f"{package}.npu.utils": npu_module,  # its names are torch.npu's (mmengine imports it)
         f"{package}.npu.amp": amp,
         f"{package}.optim": optim,
         f"{package}.profiler": profiler,
@@ -34,9 +35,9 @@ def activate(package: str = "torch_npu") -> None:
         sys.modules.setdefault(name, module)
     top = sys.modules.get(package)
     if top is not None:
-        for name, module in aliases.items():
-            if name.count(".") == 1:
-                setattr(top, name.split(".")[1], module)
+        for name, module in aliases.items():  # `import torch_npu.npu.utils as u` reads attributes
+            parent, leaf = name.rsplit(".", 1)
+            setattr(top if parent == package else aliases[parent], leaf, module)
         vars(top)["__version__"] = "2.13.0+emulated"
     if not _announced:
         print(f"npu-migrate: torch_npu is emulated on {backing} (no NPU in use)", file=sys.stderr)

@@ -124,6 +124,21 @@ class _Properties:
         return f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory})"
 
 
+# The SoC the emulation stands in for, as torch_npu's get_soc_version() numbers them: Ascend910B1
+# (220, torch_npu/_inductor/dvm), an Atlas A2 training part with bf16 and full-precision
+# training (mmengine's is_npu_support_full_precision asks `get_soc_version() >= 220`).
+_SOC_VERSION = 220
+
+
+def get_soc_version() -> int:
+    return _SOC_VERSION
+
+
+def set_compile_mode(jit_compile: bool = False) -> None:
+    """torch_npu's choice between compiling operators at run time and its prebuilt binaries
+    (npu_config.set_compile_mode); the backing device has no such choice."""
+
+
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True
 

@@ -221,6 +221,33 @@ def test_device_count_honours_ascend_rt_visible_devices(tmp_path: Path) -> None:
     assert "visible devices ok" in result.stdout
 
 
+# mmengine's mmengine/device/utils.py decides whether the NPU is there by importing
+# torch_npu.npu.utils and setting the compile mode inside one `try`; any gap in the emulation made
+# it answer no, and mmengine then took its CUDA branch (`torch.cuda.set_device`) on the NPU.
+MMENGINE_NPU_CHECK = r"""
+import os
+import torch
+
+try:
+    import torch_npu  # noqa: F401
+    import torch_npu.npu.utils as npu_utils
+
+    torch.npu.set_compile_mode(jit_compile=bool(os.getenv("NPUJITCompile", False)))
+    IS_NPU_AVAILABLE = hasattr(torch, "npu") and torch.npu.is_available()
+except Exception:
+    IS_NPU_AVAILABLE = False
+assert IS_NPU_AVAILABLE
+assert npu_utils.get_soc_version() >= 220 and npu_utils.set_device is torch.npu.set_device
+print("mmengine sees the npu")
+"""
+
+
+def test_mmengine_finds_the_emulated_npu(tmp_path: Path) -> None:
+    result = run_cli("run", "--emulate", write(tmp_path, "check.py", MMENGINE_NPU_CHECK), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "mmengine sees the npu" in result.stdout
+
+
 # Lightning's XLA tests monkeypatch `torch.device` with a Mock whose isinstance check always says
 # yes; code that builds devices through the mock must not make the emulation read a float or a
 # mock as a device (it raised "'float' object has no attribute 'type'" in tensor creation).
