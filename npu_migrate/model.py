@@ -46,11 +46,14 @@ class ModulePath:
     # of a family of per-device implementations (Lightning's accelerators/cuda.py beside cpu.py,
     # mps.py and xla.py); "" otherwise.
     cuda_member_beside: str = ""
+    # Dotted names other files of the run keep calling, with where (engine.program.run): a mock
+    # of one here must keep its name. Known after the run's first pass only.
+    kept_elsewhere: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> bytes:
         """What results depend on, for the result cache."""
-        return f"{self.name}\0{self.package}\0{self.cuda_member_beside}".encode()
+        return f"{self.name}\0{self.package}\0{self.cuda_member_beside}\0{self.kept_elsewhere}".encode()
 
 
 NO_MODULE = ModulePath()  # a file outside any package

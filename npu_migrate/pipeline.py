@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,13 +109,43 @@ def run_rules(
             results[i] = result
             if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
-    outcomes = [FileOutcome(file, results[i]) for i, file in enumerate(files)]
+    outcomes = _mocks_kept([FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled)
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
         return outcomes  # no custom operator to link (and no engine to import on a warm run)
     from npu_migrate.engine.index import RuleIndex
     from npu_migrate.handlers.operator_links import link_operators
 
     return link_operators(outcomes, RuleIndex(source.rules, source.silenced))
+
+
+def _mocks_kept(
+    outcomes: list[FileOutcome], source: RuleSource, enabled: frozenset[Applicability]
+) -> list[FileOutcome]:
+    """The files whose mocks were renamed while other files keep calling the mocked names, run
+    again knowing those names (in this process: they are few, and parsed once already)."""
+    from npu_migrate.engine.program.run import kept_names, mocks_renamed, renamed_mocks
+
+    python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
+    if not any(mocks_renamed(o) for o in python):
+        return outcomes  # (and a warm run loads no rule)
+    renaming = {r.code for r in source.rules if r.fix is not None and r.fix.rename}
+    kept = kept_names(python, renaming)
+    redo = {id(o): renamed_mocks(o, kept) for o in python} if kept else {}
+    if not any(redo.values()):
+        return outcomes
+    from npu_migrate.engine.index import RuleIndex
+
+    index = RuleIndex(source.rules, source.silenced)
+    again = []
+    for outcome in outcomes:
+        mocks = redo.get(id(outcome))
+        if mocks:
+            module = replace(outcome.file.module, kept_elsewhere=tuple(sorted(mocks.items())))
+            outcome = FileOutcome(
+                outcome.file, migrate_file(replace(outcome.file, module=module), index, enabled)
+            )
+        again.append(outcome)
+    return again
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:

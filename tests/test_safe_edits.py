@@ -38,6 +38,7 @@ assert pytest.main(["-q", "-p", "no:cacheprovider", "test_kernels.py"]) == pytes
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_log_memory.py"]) == pytest.ExitCode.OK
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_utils.py"]) == pytest.ExitCode.OK
 accelerator = accelerators.choose_accelerator()  # the CPU member, as unmigrated
 accelerator.setup_device(accelerator.get_parallel_devices([0])[0])
 table = {None: "default", "rocm": "rocm values", "npu": "npu values"}
@@ -116,6 +117,13 @@ def test_a_mock_patches_what_the_migrated_code_calls(migrated: Path) -> None:
     assert "torch.npu.max_memory_allocated(device=device)" in read(migrated, "log_memory.py")
 
 
+def test_a_mock_of_a_name_another_file_keeps_keeps_its_name(migrated: Path) -> None:
+    """mmengine's device utilities keep torch.cuda (a path for the NPU beside CUDA): the tests
+    that mock their calls by name must mock what they still call."""
+    assert (migrated / "device_utils.py").read_bytes() == (SOURCES / "device_utils.py").read_bytes()
+    assert (migrated / "test_device_utils.py").read_bytes() == (SOURCES / "test_device_utils.py").read_bytes()
+
+
 def test_a_device_string_whose_use_the_function_shows_is_migrated(migrated: Path) -> None:
     device = read(migrated, "select_device.py")
     assert 'arg = "npu:0"' in device and "torch.npu.is_available()" in device
@@ -157,6 +165,7 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "comes from `device_flags`" in held[("test_device_checks.py", 10, "NPU101")]
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
+    assert "device_utils.py:15 keeps calling" in held[("test_device_utils.py", 11, "NPU101")]
     member = "the CUDA member of a family of per-device modules (cpu.py beside it)"
     assert member in held[("cuda.py", 13, "NPU101")]
 
@@ -165,13 +174,14 @@ def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_p
     text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
     assert "fix(es) held back so the code is never worse than unmigrated:" in text
     for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (6)",
-                   "the code's own attribute (2)", "a file with an NPU path beside CUDA (5)",
-                   "it is compared with a value left CUDA (1)"):  # fmt: skip
+                   "the code's own attribute (2)", "a file with an NPU path beside CUDA (6)",
+                   "it is compared with a value left CUDA (1)",
+                   "a mock of a name another file keeps (2)"):  # fmt: skip
         assert reason in text
-    assert "1 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
+    assert "2 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
     summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
     assert summary["held_by_reason"]["it guards CUDA code left"] == 6
-    assert [Path(f).name for f in summary["dual_path_files"]] == ["hub_utils.py"]
+    assert [Path(f).name for f in summary["dual_path_files"]] == ["device_utils.py", "hub_utils.py"]
 
 
 def test_the_audit_prints_held_fixes_by_reason() -> None:

@@ -28,7 +28,7 @@ from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, Matcher
 from npu_migrate.engine.kinds.fields import QualifiedNames, Strict
 from npu_migrate.engine.names import ImportTable, NameTable, module_name
 from npu_migrate.engine.precedence import compare
-from npu_migrate.engine.reasons import IMPORT_KEPT, REEXPORTED
+from npu_migrate.engine.reasons import IMPORT_KEPT, MOCK_KEPT, REEXPORTED
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
@@ -81,7 +81,18 @@ class NameMatcher(Matcher):
         if new_qualified is None:
             return candidate
         fixed = updated.with_changes(value=f"{updated.prefix}{updated.quote}{new_qualified}{updated.quote}")
-        return Candidate(candidate.rule, fixed, part=candidate.part, specificity=candidate.specificity)
+        held = self._mocked_elsewhere(qualified)
+        return Candidate(
+            candidate.rule, fixed, part=candidate.part, specificity=candidate.specificity, held=held
+        )
+
+    def _mocked_elsewhere(self, qualified: str) -> Hold | None:
+        """Why `qualified` keeps its name here: this file mocks it, and another file of the run
+        keeps calling it (ModulePath.kept_elsewhere); every use here is then the mock's."""
+        for name, where in self.ctx.table.where.kept_elsewhere:
+            if qualified == name or qualified.startswith(name + "."):
+                return Hold(MOCK_KEPT, f"this file mocks `{name}`, which {where} keeps calling")
+        return None
 
     def _note(self, node: cst.CSTNode, parts: list[str]) -> None:
         qualified = self.ctx.table.qualify(parts)
@@ -117,7 +128,12 @@ class NameMatcher(Matcher):
             return None
         fixed = replace_expression(updated, source)
         return Candidate(
-            candidate.rule, fixed, (module,) if module else (), candidate.part, candidate.specificity
+            candidate.rule,
+            fixed,
+            (module,) if module else (),
+            candidate.part,
+            candidate.specificity,
+            held=self._mocked_elsewhere(qualified),
         )
 
     # ------------------------------------------------------------ imports
