@@ -33,6 +33,8 @@ def activate(package: str = "torch_npu") -> None:
     }
     for name, module in aliases.items():
         sys.modules.setdefault(name, module)
+        if name.startswith(f"{package}.npu."):  # `from torch.npu.amp import GradScaler` (mmengine)
+            sys.modules.setdefault("torch" + name[len(package) :], module)
     top = sys.modules.get(package)
     if top is not None:
         for name, module in aliases.items():  # `import torch_npu.npu.utils as u` reads attributes

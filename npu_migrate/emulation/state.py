@@ -36,8 +36,11 @@ def index_of(device: Any) -> int:
 
 
 def is_npu(device: Any) -> bool:
+    """ "npu", "npu:1", a torch.device of the NPU, and "privateuseone[:N]": the backend's own name,
+    which torch still parses as the NPU once torch_npu renames it (mmengine's BaseModel.to
+    writes it where torch_npu has no `native_device`)."""
     if isinstance(device, str):
-        return device == "npu" or device.startswith("npu:")
+        return device.split(":")[0] in ("npu", "privateuseone")
     return isinstance(device, Device) and device.type == "npu"
 
 

@@ -259,6 +259,16 @@ def _guard_holds(
                 return f"code that uses `{code}` ({rule}, line {line})"
         return None
 
+    def used_left(guard: Guard) -> str | None:
+        """A value the guarded code reads that stays CUDA (`cuda_devices = ["cuda", 0]` read
+        under `if torch.cuda.is_available():`): rewritten, the test would lead an NPU run to it."""
+        for value in _values_read(program, guard.uses):
+            site = next((i for i in inside(value.span) if leaves[i]), None)
+            if site is not None:
+                code, rule, line = sites[site].code.splitlines()[0], sites[site].rule, sites[site].span.line
+                return f"code that reads `{code}` ({rule}, line {line})"
+        return None
+
     held: dict[int, Hold] = {}
     changed = True
     while changed:
@@ -268,7 +278,7 @@ def _guard_holds(
             via = [] if guard.conjunctive and keeps(guard.test) else fixed_sources(guard.reads)
             if not direct and not via:
                 continue
-            left = left_behind(guard) or read_left(guard)
+            left = left_behind(guard) or read_left(guard) or used_left(guard)
             if left is None:
                 continue
             through = f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}"

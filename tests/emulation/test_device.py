@@ -238,6 +238,9 @@ except Exception:
     IS_NPU_AVAILABLE = False
 assert IS_NPU_AVAILABLE
 assert npu_utils.get_soc_version() >= 220 and npu_utils.set_device is torch.npu.set_device
+from torch.npu.amp import GradScaler  # mmengine's amp_optimizer_wrapper, once the NPU is found
+
+assert GradScaler is torch.npu.amp.GradScaler
 print("mmengine sees the npu")
 """
 

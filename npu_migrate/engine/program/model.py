@@ -48,6 +48,7 @@ class Guard:
     header: str  # the guard's first line, as written, for messages
     reads: frozenset[Key]  # the values the test reads
     conjunctive: bool  # one atom kept as it was keeps the whole test as it was (an atom, `not`, `and`)
+    uses: frozenset[Key] = frozenset()  # the values the guarded code reads (if, while, for, x if t else y)
 
 
 @dataclass(frozen=True)
@@ -230,15 +231,15 @@ class _Reader(ast.NodeVisitor):
     # ------------------------------------------------------------------ guards
 
     def visit_If(self, node: ast.If) -> None:
-        self._guard(node.test, self._spans(node.body, node.orelse), node)
+        self._guard(node.test, self._spans(node.body, node.orelse), node, [*node.body, *node.orelse])
         self.generic_visit(node)
 
     def visit_While(self, node: ast.While) -> None:
-        self._guard(node.test, self._spans(node.body, node.orelse), node)
+        self._guard(node.test, self._spans(node.body, node.orelse), node, [*node.body, *node.orelse])
         self.generic_visit(node)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
-        self._guard(node.iter, self._spans(node.body), node)
+        self._guard(node.iter, self._spans(node.body), node, node.body)
         self.generic_visit(node)
 
     visit_AsyncFor = visit_For
@@ -253,7 +254,7 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
-        self._guard(node.test, self._spans([node.body], [node.orelse]), node)
+        self._guard(node.test, self._spans([node.body], [node.orelse]), node, [node.body, node.orelse])
         self.generic_visit(node)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -270,12 +271,15 @@ class _Reader(ast.NodeVisitor):
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
-    def _guard(self, test: ast.expr, guarded: list[Span], where: ast.stmt | ast.expr) -> None:
+    def _guard(
+        self, test: ast.expr, guarded: list[Span], where: ast.stmt | ast.expr, code: Sequence[ast.AST] = ()
+    ) -> None:
         if not guarded:
             return
+        uses = frozenset().union(*(self._reads(n) for n in code))  # type: ignore[arg-type]
         self.program.guards.append(
             Guard(self.columns.span(test), tuple(guarded), self._first_line(where), self._reads(test),
-                  _conjunctive(test))
+                  _conjunctive(test), uses)
         )  # fmt: skip
 
     def _spans(self, *bodies: Sequence[ast.stmt | ast.expr]) -> list[Span]:
