@@ -39,6 +39,7 @@ assert pytest.main(["-q", "-p", "no:cacheprovider", "test_optim_device.py"]) == 
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_log_memory.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_utils.py"]) == pytest.ExitCode.OK
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_list.py"]) == pytest.ExitCode.OK
 accelerator = accelerators.choose_accelerator()  # the CPU member, as unmigrated
 accelerator.setup_device(accelerator.get_parallel_devices([0])[0])
 table = {None: "default", "rocm": "rocm values", "npu": "npu values"}
@@ -166,6 +167,9 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     assert "binds `.is_cuda` itself (line 14)" in held[("prefetch_loader.py", 18, "NPU104")]
     assert "keeps a path for the NPU beside CUDA" in held[("hub_utils.py", 21, "NPU101")]
     assert "device_utils.py:15 keeps calling" in held[("test_device_utils.py", 11, "NPU101")]
+    assert (
+        'it guards code that reads `"cuda"` (NPU108, line 8)' in held[("test_device_list.py", 10, "NPU101")]
+    )
     member = "the CUDA member of a family of per-device modules (cpu.py beside it)"
     assert member in held[("cuda.py", 13, "NPU101")]
 
@@ -173,14 +177,14 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:
     text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
     assert "fix(es) held back so the code is never worse than unmigrated:" in text
-    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (6)",
+    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (7)",
                    "the code's own attribute (2)", "a file with an NPU path beside CUDA (6)",
                    "it is compared with a value left CUDA (1)",
                    "a mock of a name another file keeps (2)"):  # fmt: skip
         assert reason in text
     assert "2 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
     summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
-    assert summary["held_by_reason"]["it guards CUDA code left"] == 6
+    assert summary["held_by_reason"]["it guards CUDA code left"] == 7
     assert [Path(f).name for f in summary["dual_path_files"]] == ["device_utils.py", "hub_utils.py"]
 
 
