@@ -123,14 +123,18 @@ def _mocks_kept(
 ) -> list[FileOutcome]:
     """The files whose mocks were renamed while other files keep calling the mocked names, run
     again knowing those names (in this process: they are few, and parsed once already)."""
-    from npu_migrate.engine.program.run import kept_names, mocks_renamed, renamed_mocks
+    from npu_migrate.engine.program.run import Calls, imported_modules, mocks_renamed
 
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
-    if not any(mocks_renamed(o) for o in python):
+    mocking = [o for o in python if mocks_renamed(o)]
+    if not mocking:
         return outcomes  # (and a warm run loads no rule)
-    renaming = {r.code for r in source.rules if r.fix is not None and r.fix.rename}
-    kept = kept_names(python, renaming)
-    redo = {id(o): renamed_mocks(o, kept) for o in python} if kept else {}
+    calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})
+    redo: dict[int, dict[str, str]] = {}
+    for outcome in mocking:
+        imported = imported_modules(outcome.file.data or b"")
+        keepers = {name: calls.keeper(name, imported) for name in mocks_renamed(outcome)}
+        redo[id(outcome)] = {name: where for name, where in keepers.items() if where}
     if not any(redo.values()):
         return outcomes
     from npu_migrate.engine.index import RuleIndex

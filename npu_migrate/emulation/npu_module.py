@@ -14,17 +14,39 @@ import torch
 
 from npu_migrate.emulation import amp, state, tensors  # noqa: F401 - torch.npu.amp
 
-# Storage and tensor type names kept for code that still spells them (`torch.npu.FloatTensor`).
-FloatTensor = torch.FloatTensor
-HalfTensor = torch.HalfTensor
-BFloat16Tensor = torch.BFloat16Tensor
-DoubleTensor = torch.DoubleTensor
-LongTensor = torch.LongTensor
-IntTensor = torch.IntTensor
-BoolTensor = torch.BoolTensor
-ByteTensor = torch.ByteTensor
-CharTensor = torch.CharTensor
-ShortTensor = torch.ShortTensor
+
+class _TensorType(type):
+    """torch_npu's legacy tensor types (`torch.npu.BoolTensor`), as torch's `torch.cuda.*Tensor`
+    are: calling one makes a tensor of its dtype on the NPU, and only such a tensor is an
+    instance (mmengine's `Union[torch.BoolTensor, torch.npu.BoolTensor].__args__` needs the two
+    apart)."""
+
+    dtype: torch.dtype
+
+    def __instancecheck__(cls, value: Any) -> bool:
+        return (
+            isinstance(value, torch.Tensor) and value.dtype == cls.dtype and tensors.index(value) is not None
+        )
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return getattr(torch, cls.__name__)(*args, **kwargs).npu()
+
+
+def _tensor_type(name: str, dtype: torch.dtype) -> type:
+    return _TensorType(name, (), {"dtype": dtype, "__module__": "torch.npu"})
+
+
+FloatTensor = _tensor_type("FloatTensor", torch.float32)
+HalfTensor = _tensor_type("HalfTensor", torch.float16)
+BFloat16Tensor = _tensor_type("BFloat16Tensor", torch.bfloat16)
+DoubleTensor = _tensor_type("DoubleTensor", torch.float64)
+LongTensor = _tensor_type("LongTensor", torch.int64)
+IntTensor = _tensor_type("IntTensor", torch.int32)
+BoolTensor = _tensor_type("BoolTensor", torch.bool)
+ByteTensor = _tensor_type("ByteTensor", torch.uint8)
+CharTensor = _tensor_type("CharTensor", torch.int8)
+ShortTensor = _tensor_type("ShortTensor", torch.int16)
+# Storage type names kept for code that still spells them (`torch.npu.FloatStorage`).
 FloatStorage = torch.FloatStorage
 HalfStorage = torch.HalfStorage
 BFloat16Storage = torch.BFloat16Storage

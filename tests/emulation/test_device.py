@@ -241,6 +241,13 @@ assert npu_utils.get_soc_version() >= 220 and npu_utils.set_device is torch.npu.
 from torch.npu.amp import GradScaler  # mmengine's amp_optimizer_wrapper, once the NPU is found
 
 assert GradScaler is torch.npu.amp.GradScaler
+# mmengine's structures/instance_data.py: `Union[torch.BoolTensor, torch.npu.BoolTensor].__args__`
+from typing import Union
+
+mask = torch.tensor([True, False]).npu()
+assert isinstance(mask, Union[torch.BoolTensor, torch.npu.BoolTensor].__args__)
+assert isinstance(mask, torch.npu.BoolTensor) and not isinstance(torch.tensor([True]), torch.npu.BoolTensor)
+assert torch.npu.FloatTensor([0.5]).is_npu and torch.npu.LongTensor(2, 3).dtype == torch.int64
 print("mmengine sees the npu")
 """
 
