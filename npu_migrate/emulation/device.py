@@ -83,11 +83,14 @@ def _parameter(original: Any) -> Any:
 def _load(original: Any) -> Any:
     @functools.wraps(original)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        on_npu = isinstance(map_location, str | state.Device) and state.is_npu(map_location)
+        named = isinstance(map_location, str | state.Device)
+        on_npu = named and state.is_npu(map_location)
         loaded = original(f, state.real(map_location) if on_npu else map_location, *args, **kwargs)
         if on_npu:
             device = state.index_of(map_location)
             torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: tensors.tag(t, device), loaded)
+        elif named:  # saved from the NPU (their tag is pickled with them), loaded to another device
+            torch.utils._pytree.tree_map_only(torch.Tensor, tensors.untag, loaded)
         return loaded
 
     return load

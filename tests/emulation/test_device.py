@@ -56,6 +56,8 @@ assert torch.amp.GradScaler("npu").is_enabled() in (True, False)
 torch.save(model.state_dict(), sys.argv[0] + ".pt")
 state = torch.load(sys.argv[0] + ".pt", map_location="npu")
 assert all(t.is_npu for t in state.values())
+on_host = torch.load(sys.argv[0] + ".pt", map_location="cpu")  # mmengine's EMA hook test compares so
+assert not any(t.is_npu for t in on_host.values()) and all(t.device.type == "cpu" for t in on_host.values())
 assert torch.npu.memory_allocated() >= 0 and torch.npu.get_device_capability() is None
 print("device api ok")
 sys.exit(3)
