@@ -249,24 +249,16 @@ def _guard_holds(
         """Whether code with one of its atoms kept as CUDA (held now, or left) is as it was."""
         return any(fixes[i] or leaves[i] for i in inside(span))
 
-    def read_left(guard: Guard) -> str | None:
-        """A value the test reads that stays CUDA (`torch_device = os.environ.get(..., "cuda")`):
-        the code the test guards uses it as CUDA, so the test must keep asking about CUDA."""
-        for value in _values_read(program, guard.reads):
+    def value_left(keys: frozenset[Key], verb: str) -> str | None:
+        """A value `keys` read (or the values those read) that stays CUDA: the test's
+        (`torch_device = os.environ.get(..., "cuda")`, which the guarded code uses as CUDA) or
+        the guarded code's (`cuda_devices = ["cuda", 0]` read under `if
+        torch.cuda.is_available():`); rewritten, the test would lead an NPU run to it."""
+        for value in _values_read(program, keys):
             site = next((i for i in inside(value.span) if leaves[i]), None)
             if site is not None:
                 code, rule, line = sites[site].code.splitlines()[0], sites[site].rule, sites[site].span.line
-                return f"code that uses `{code}` ({rule}, line {line})"
-        return None
-
-    def used_left(guard: Guard) -> str | None:
-        """A value the guarded code reads that stays CUDA (`cuda_devices = ["cuda", 0]` read
-        under `if torch.cuda.is_available():`): rewritten, the test would lead an NPU run to it."""
-        for value in _values_read(program, guard.uses):
-            site = next((i for i in inside(value.span) if leaves[i]), None)
-            if site is not None:
-                code, rule, line = sites[site].code.splitlines()[0], sites[site].rule, sites[site].span.line
-                return f"code that reads `{code}` ({rule}, line {line})"
+                return f"code that {verb} `{code}` ({rule}, line {line})"
         return None
 
     held: dict[int, Hold] = {}
@@ -278,7 +270,7 @@ def _guard_holds(
             via = [] if guard.conjunctive and keeps(guard.test) else fixed_sources(guard.reads)
             if not direct and not via:
                 continue
-            left = left_behind(guard) or read_left(guard) or used_left(guard)
+            left = left_behind(guard) or value_left(guard.reads, "uses") or value_left(guard.uses, "reads")
             if left is None:
                 continue
             through = f"its value reaches `{guard.header}` (line {guard.test.line}), which guards {left}"

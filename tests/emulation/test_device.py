@@ -70,6 +70,13 @@ def write(tmp_path: Path, name: str, code: str) -> Path:
     return path
 
 
+def emulated(tmp_path: Path, name: str, code: str) -> str:
+    """What a script prints, run through `npu-migrate run --emulate`, which must succeed."""
+    result = run_cli("run", "--emulate", write(tmp_path, name, code), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_migrated_device_code_runs_on_the_emulation(tmp_path: Path) -> None:
     script = write(tmp_path, "train.py", DEVICE_API)
     result = run_cli("run", "--emulate", script, "--steps", "2", cwd=tmp_path)
@@ -174,9 +181,8 @@ print(torch.allclose(eager, compiled, rtol=1e-5, atol=1e-6), counters["stats"]["
 
 def test_torch_compile_traces_the_emulated_fused_ops_in_one_graph(tmp_path: Path) -> None:
     """Inductor on the CPU compiles migrated code with its fused operators whole, and agrees with eager."""
-    result = run_cli("run", "--emulate", write(tmp_path, "compiled.py", COMPILED_FUSED_OPS), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "1", "0"], result.stdout
+    printed = emulated(tmp_path, "compiled.py", COMPILED_FUSED_OPS)
+    assert printed.split() == ["True", "1", "0"], printed
 
 
 def test_an_error_the_emulation_raises_says_so(tmp_path: Path) -> None:
@@ -218,9 +224,7 @@ print("visible devices ok")
 
 
 def test_device_count_honours_ascend_rt_visible_devices(tmp_path: Path) -> None:
-    result = run_cli("run", "--emulate", write(tmp_path, "hide.py", HIDDEN_DEVICES), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "visible devices ok" in result.stdout
+    assert "visible devices ok" in emulated(tmp_path, "hide.py", HIDDEN_DEVICES)
 
 
 # mmengine's mmengine/device/utils.py decides whether the NPU is there by importing
@@ -255,9 +259,7 @@ print("mmengine sees the npu")
 
 
 def test_mmengine_finds_the_emulated_npu(tmp_path: Path) -> None:
-    result = run_cli("run", "--emulate", write(tmp_path, "check.py", MMENGINE_NPU_CHECK), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "mmengine sees the npu" in result.stdout
+    assert "mmengine sees the npu" in emulated(tmp_path, "check.py", MMENGINE_NPU_CHECK)
 
 
 # Lightning's XLA tests monkeypatch `torch.device` with a Mock whose isinstance check always says
@@ -282,10 +284,7 @@ print("mocked device ok")
 
 
 def test_a_mocked_torch_device_does_not_fool_the_emulation(tmp_path: Path) -> None:
-    script = write(tmp_path, "mocked.py", MOCKED_DEVICE_CLASS)
-    result = run_cli("run", "--emulate", script, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "mocked device ok" in result.stdout
+    assert "mocked device ok" in emulated(tmp_path, "mocked.py", MOCKED_DEVICE_CLASS)
 
 
 # Names NPU101 writes that the emulation leaves out, each for a reason: allocator internals and
