@@ -126,15 +126,15 @@ def _mocks_kept(
     from npu_migrate.engine.program.run import Calls, imported_modules, mocks_renamed
 
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
-    mocking = [o for o in python if mocks_renamed(o)]
+    mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     if not mocking:
         return outcomes  # (and a warm run loads no rule)
     calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})
     redo: dict[int, dict[str, str]] = {}
-    for outcome in mocking:
+    for key, (outcome, names) in mocking.items():
         imported = imported_modules(outcome.file.data or b"")
-        keepers = {name: calls.keeper(name, imported) for name in mocks_renamed(outcome)}
-        redo[id(outcome)] = {name: where for name, where in keepers.items() if where}
+        keepers = {name: calls.keeper(name, imported) for name in names}
+        redo[key] = {name: where for name, where in keepers.items() if where}
     if not any(redo.values()):
         return outcomes
     from npu_migrate.engine.index import RuleIndex

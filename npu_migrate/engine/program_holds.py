@@ -65,10 +65,11 @@ class Site:
 
 def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     """The sites whose fix must be held back, with why (by index into `sites`)."""
-    if program.dual_path is not None:
-        return {i: dual_path(program.dual_path) for i, s in enumerate(sites) if s.has_fix}
-    if program.cuda_member_beside:
-        return {i: cuda_member(program.cuda_member_beside) for i, s in enumerate(sites) if s.has_fix}
+    whole = dual_path(program.dual_path) if program.dual_path is not None else None
+    if whole is None and program.cuda_member_beside:
+        whole = cuda_member(program.cuda_member_beside)
+    if whole is not None:  # the file stays as it is: every fix is held, for one reason
+        return {i: whole for i, s in enumerate(sites) if s.has_fix}
     held: dict[int, Hold] = {}
     own = [s.attribute is not None and s.attribute in program.bound_attributes for s in sites]
     for i, site in enumerate(sites):

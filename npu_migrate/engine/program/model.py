@@ -412,7 +412,7 @@ class _Reader(ast.NodeVisitor):
         flag = _argparse_default(node)
         if flag is not None:
             self._value(("attr", flag[0]), flag[1])
-        data = _data_argument(node)
+        data = _first_argument(node, "params")  # the data a call works on (an optimizer's `params=`)
         if data is not None:
             self.program.data_of[self.columns.span(node).start] = self._reads(data)
         moved = _moved(node)
@@ -422,17 +422,19 @@ class _Reader(ast.NodeVisitor):
 
     def _place(self, target: ast.expr, device: ast.expr | None) -> None:
         """`target` goes to `device` (None: an accelerator, as `.cuda()` says)."""
-        key = self._resolve(target.id) if isinstance(target, ast.Name) else None
-        if isinstance(target, ast.Attribute):
-            key = ("attr", target.attr)
+        key = self._key_of(target)
         if key is None:
             return
         if device is None or _names_accelerator(device):
             self.program.placed.add(key)
-        elif isinstance(device, ast.Name):
-            self.program.placed_through.append((key, self._resolve(device.id)))
-        elif isinstance(device, ast.Attribute):  # `args.device`, `self.device`
-            self.program.placed_through.append((key, ("attr", device.attr)))
+        elif (through := self._key_of(device)) is not None:  # `device`, `args.device`, `self.device`
+            self.program.placed_through.append((key, through))
+
+    def _key_of(self, node: ast.expr) -> Key | None:
+        """What a variable or an attribute is known by; None for any other expression."""
+        if isinstance(node, ast.Name):
+            return self._resolve(node.id)
+        return ("attr", node.attr) if isinstance(node, ast.Attribute) else None
 
     def _first_line(self, node: ast.stmt | ast.expr) -> str:
         line = self.lines[node.lineno - 1] if 0 < getattr(node, "lineno", 0) <= len(self.lines) else ""
@@ -502,9 +504,7 @@ def _moved(call: ast.Call) -> tuple[ast.expr, ast.expr | None] | None:
     if method in ("cuda", "npu"):
         return owner, None
     if method == "to":
-        device = (
-            call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-        )
+        device = _first_argument(call, "device")
         if device is not None and not (isinstance(device, ast.Attribute) and device.attr.endswith("dtype")):
             return owner, device
     return None
@@ -514,19 +514,23 @@ def _argparse_default(call: ast.Call) -> tuple[str, ast.expr] | None:
     """`parser.add_argument("--eval-device", default=...)` binds `args.eval_device` to it."""
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and call.args):
         return None
-    flag, default = call.args[0], next((k.value for k in call.keywords if k.arg == "default"), None)
+    flag, default = call.args[0], _keyword(call, "default")
     if default is None or not (isinstance(flag, ast.Constant) and isinstance(flag.value, str)):
         return None
-    dest = next((k.value for k in call.keywords if k.arg == "dest"), None)
+    dest = _keyword(call, "dest")
     name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else flag.value
     return name.lstrip("-").replace("-", "_"), default
 
 
-def _data_argument(call: ast.Call) -> ast.expr | None:
-    """The data a call works on: its first argument, or `params=` (an optimizer's)."""
+def _first_argument(call: ast.Call, keyword: str) -> ast.expr | None:
+    """A call's first positional argument, or the one given as `keyword`."""
     if call.args and not isinstance(call.args[0], ast.Starred):
         return call.args[0]
-    return next((k.value for k in call.keywords if k.arg == "params"), None)
+    return _keyword(call, keyword)
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 def _looks_for_torch_npu(call: ast.Call) -> bool:

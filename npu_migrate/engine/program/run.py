@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from npu_migrate.model import FileOutcome
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-_QUOTED = re.compile(r"[rRuU]?(['\"])(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\1")
+_QUOTED = re.compile(rf"[rRuU]?(['\"])(?P<name>{_DOTTED.pattern})\1")
 
 
 @dataclass
