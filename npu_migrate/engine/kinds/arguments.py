@@ -70,23 +70,27 @@ def parameter(node: cst.Call, name: str, signature: list[str]) -> list[cst.BaseE
 
 
 def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:
-    """String literals that are the value of `expr`, looking through conditionals, sequences and
-    dict values (`device_map={"": "cuda:0"}`)."""
-    if isinstance(expr, STRING_LITERALS):
-        yield expr
-    elif isinstance(expr, cst.IfExp):
-        yield from strings_in(expr.body)
-        yield from strings_in(expr.orelse)
+    """String literals that are the value of `expr` (see values_in)."""
+    return (v for v in values_in(expr) if isinstance(v, STRING_LITERALS))
+
+
+def values_in(expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """`expr` and the expressions its value is made of, looking through conditionals, sequences
+    and dict values (`device_map={"": "cuda:0"}`)."""
+    yield expr
+    if isinstance(expr, cst.IfExp):
+        yield from values_in(expr.body)
+        yield from values_in(expr.orelse)
     elif isinstance(expr, cst.BooleanOperation):
-        yield from strings_in(expr.left)
-        yield from strings_in(expr.right)
+        yield from values_in(expr.left)
+        yield from values_in(expr.right)
     elif isinstance(expr, cst.Tuple | cst.List | cst.Set):
         for element in expr.elements:
-            yield from strings_in(element.value)
+            yield from values_in(element.value)
     elif isinstance(expr, cst.Dict):
         for item in expr.elements:
             if isinstance(item, cst.DictElement):
-                yield from strings_in(item.value)
+                yield from values_in(item.value)
 
 
 def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:

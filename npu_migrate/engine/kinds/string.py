@@ -24,6 +24,7 @@ from npu_migrate.engine.kinds.arguments import (
     conditions_hold,
     static_text,
     strings_in,
+    values_in,
 )
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.kinds.fields import Argument, Callees, Regex, Strict
@@ -320,23 +321,12 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
 def _beside(expr: cst.BaseExpression, regex: RuleRegex) -> Iterator[cst.CSTNode]:
     """The literals of each tuple, list or set in `expr` (as strings_in walks it) that holds a
     literal `regex` matches whole."""
-    if isinstance(expr, cst.Tuple | cst.List | cst.Set):
-        members = [e.value for e in expr.elements if isinstance(e.value, STRING_LITERALS)]
-        texts = [static_text(m) for m in members]
-        if any(t is not None and regex.fullmatch(t) for t in texts):
-            yield from members
-        for element in expr.elements:
-            yield from _beside(element.value, regex)
-    elif isinstance(expr, cst.IfExp):
-        yield from _beside(expr.body, regex)
-        yield from _beside(expr.orelse, regex)
-    elif isinstance(expr, cst.BooleanOperation):
-        yield from _beside(expr.left, regex)
-        yield from _beside(expr.right, regex)
-    elif isinstance(expr, cst.Dict):
-        for item in expr.elements:
-            if isinstance(item, cst.DictElement):
-                yield from _beside(item.value, regex)
+    for node in values_in(expr):
+        if isinstance(node, cst.Tuple | cst.List | cst.Set):
+            members = [e.value for e in node.elements if isinstance(e.value, STRING_LITERALS)]
+            texts = [static_text(m) for m in members]
+            if any(t is not None and regex.fullmatch(t) for t in texts):
+                yield from members
 
 
 def _glob(name: str, globs: list[str]) -> bool:
