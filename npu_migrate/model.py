@@ -49,11 +49,15 @@ class ModulePath:
     # Dotted names other files of the run keep calling, with where (engine.program.run): a mock
     # of one here must keep its name. Known after the run's first pass only.
     kept_elsewhere: tuple[tuple[str, str], ...] = ()
+    # Attribute names other files of the run keep comparing with CUDA, with where: a value handed
+    # on under that name keeps its CUDA. Known after the run's first pass only.
+    compared_elsewhere: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> bytes:
         """What results depend on, for the result cache."""
-        return f"{self.name}\0{self.package}\0{self.cuda_member_beside}\0{self.kept_elsewhere}".encode()
+        facts = (self.cuda_member_beside, self.kept_elsewhere, self.compared_elsewhere)
+        return f"{self.name}\0{self.package}\0{facts}".encode()
 
 
 NO_MODULE = ModulePath()  # a file outside any package

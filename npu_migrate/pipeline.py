@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.cache import ResultCache
 from npu_migrate.discover import kind_of
-from npu_migrate.model import Applicability, FileOutcome, FileResult, SourceFile
+from npu_migrate.model import Applicability, FileOutcome, FileResult, ModulePath, SourceFile
 
 if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
@@ -109,7 +109,7 @@ def run_rules(
             results[i] = result
             if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
-    outcomes = _mocks_kept([FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled)
+    outcomes = _run_facts([FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled)
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
         return outcomes  # no custom operator to link (and no engine to import on a warm run)
     from npu_migrate.engine.index import RuleIndex
@@ -118,38 +118,57 @@ def run_rules(
     return link_operators(outcomes, RuleIndex(source.rules, source.silenced))
 
 
-def _mocks_kept(
+def _run_facts(
     outcomes: list[FileOutcome], source: RuleSource, enabled: frozenset[Applicability]
 ) -> list[FileOutcome]:
-    """The files whose mocks were renamed while other files keep calling the mocked names, run
-    again knowing those names (in this process: they are few, and parsed once already)."""
-    from npu_migrate.engine.program.run import Calls, imported_modules, mocks_renamed
+    """The files that what other files of the run decided changes, run again knowing it (in this
+    process: they are few, and parsed once already): mocks renamed while other files keep calling
+    the mocked names, and values handed on under an attribute name other files keep comparing
+    with CUDA (engine.program.run)."""
+    from npu_migrate.engine.program.run import (
+        Calls,
+        hands_on,
+        imported_modules,
+        kept_comparisons,
+        mocks_renamed,
+    )
 
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
-    if not mocking:
+    compared = kept_comparisons(python) if any(_fixes(o) for o in python) else {}
+    if not mocking and not compared:
         return outcomes  # (and a warm run loads no rule)
     calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})
-    redo: dict[int, dict[str, str]] = {}
-    for key, (outcome, names) in mocking.items():
-        imported = imported_modules(outcome.file.data or b"")
-        keepers = {name: calls.keeper(name, imported) for name in names}
-        redo[key] = {name: where for name, where in keepers.items() if where}
-    if not any(redo.values()):
+    redo: dict[int, ModulePath] = {}
+    for outcome in python:
+        mocks: dict[str, str] = {}
+        if id(outcome) in mocking:
+            imported = imported_modules(outcome.file.data or b"")
+            keepers = {name: calls.keeper(name, imported) for name in mocking[id(outcome)][1]}
+            mocks = {name: where for name, where in keepers.items() if where}
+        handed = compared if _fixes(outcome) and hands_on(outcome.file.data or b"", compared) else {}
+        if mocks or handed:
+            redo[id(outcome)] = replace(
+                outcome.file.module,
+                kept_elsewhere=tuple(sorted(mocks.items())),
+                compared_elsewhere=tuple(sorted(handed.items())),
+            )
+    if not redo:
         return outcomes
     from npu_migrate.engine.index import RuleIndex
 
     index = RuleIndex(source.rules, source.silenced)
-    again = []
-    for outcome in outcomes:
-        mocks = redo.get(id(outcome))
-        if mocks:
-            module = replace(outcome.file.module, kept_elsewhere=tuple(sorted(mocks.items())))
-            outcome = FileOutcome(
-                outcome.file, migrate_file(replace(outcome.file, module=module), index, enabled)
-            )
-        again.append(outcome)
-    return again
+    return [
+        FileOutcome(o.file, migrate_file(replace(o.file, module=redo[id(o)]), index, enabled))
+        if id(o) in redo
+        else o
+        for o in outcomes
+    ]
+
+
+def _fixes(outcome: FileOutcome) -> bool:
+    """Whether the file has a fix the run makes (in a scan: would make)."""
+    return any(f.replacement is not None and f.held is None for f in outcome.result.findings)
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:

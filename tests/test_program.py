@@ -208,3 +208,27 @@ def test_the_model_reads_only_definitions_around_the_focus_lines() -> None:
     focused = Program.of(ast.parse(code), lines, focus={6})
     assert [g.header for g in everything.guards] == ["if x:", "if z:"]
     assert [g.header for g in focused.guards] == ["if z:"]
+
+
+def test_a_parametrized_case_is_bound_to_its_parameter_and_followed_into_a_keyword() -> None:
+    code = (
+        "import pytest, torch\n"
+        "@pytest.mark.parametrize(('devices', 'name'),\n"
+        "    [([torch.device('cuda', 0)], 'a'), pytest.param([], 'b')])\n"
+        "def test_f(devices, name):\n"
+        "    Strategy(parallel_devices=devices, label=name)\n"
+    )
+    program = Program.of(ast.parse(code), code.splitlines(True), keywords={"parallel_devices"})
+    [handed] = program.handed  # `label=` is not asked about
+    assert handed.keyword == "parallel_devices"
+    [key] = handed.reads
+    line = code.splitlines()[2]
+    first_elements = [(3, line.index("[torch.device")), (3, line.index("[], 'b'"))]
+    assert [v.span.start for v in program.values[key]] == first_elements
+
+
+def test_a_call_reads_what_its_function_returns_not_an_attribute_of_its_name() -> None:
+    code = "import torch\nholder.device = torch.device('cuda', 0)\nd = torch.device('cpu')\n"
+    program = Program.of(ast.parse(code), code.splitlines(True))
+    [value] = program.values[("name", 0, "d")]
+    assert ("attr", "device") not in value.reads and ("call", "device") in value.reads

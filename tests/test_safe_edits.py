@@ -40,6 +40,7 @@ assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_checks.py"]) ==
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_log_memory.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_utils.py"]) == pytest.ExitCode.OK
 assert pytest.main(["-q", "-p", "no:cacheprovider", "test_device_list.py"]) == pytest.ExitCode.OK
+assert pytest.main(["-q", "-p", "no:cacheprovider", "test_strategy_connector.py"]) == pytest.ExitCode.OK
 accelerator = accelerators.choose_accelerator()  # the CPU member, as unmigrated
 accelerator.setup_device(accelerator.get_parallel_devices([0])[0])
 table = {None: "default", "rocm": "rocm values", "npu": "npu values"}
@@ -125,6 +126,16 @@ def test_a_mock_of_a_name_another_file_keeps_keeps_its_name(migrated: Path) -> N
     assert (migrated / "test_device_utils.py").read_bytes() == (SOURCES / "test_device_utils.py").read_bytes()
 
 
+def test_a_device_handed_to_a_comparison_another_file_keeps_keeps_its_cuda(migrated: Path) -> None:
+    """Lightning's connector keeps `strategy.parallel_devices[0].type == "cuda"` (there is no NPU
+    accelerator to name); its test's CUDA devices, handed on as `parallel_devices=` through a
+    parametrized case, must still meet that comparison. The test's other devices are migrated."""
+    assert read(migrated, "strategy_connector.py") == read(SOURCES, "strategy_connector.py")
+    test = read(migrated, "test_strategy_connector.py")
+    assert '[torch.device("cuda", i) for i in range(2)]' in test
+    assert 'device="npu" if torch.npu.is_available() else "cpu"' in test
+
+
 def test_a_device_string_whose_use_the_function_shows_is_migrated(migrated: Path) -> None:
     device = read(migrated, "select_device.py")
     assert 'arg = "npu:0"' in device and "torch.npu.is_available()" in device
@@ -158,6 +169,9 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
     findings = json.loads(result.stdout)["findings"]
     held = {(Path(f["file"]).name, f["line"], f["code"]): f["held"] for f in findings if f.get("held")}
     assert "its value reaches `if has_gpu:` (line 11)" in held[("collect_env.py", 9, "NPU101")]
+    handed = held[("test_strategy_connector.py", 9, "NPU105")]
+    assert "handed on as `parallel_devices=` (line 13)" in handed
+    assert "strategy_connector.py:21 (`self._strategy_flag.parallel_devices[0].type == 'cuda'`)" in handed
     assert "NPU106" in held[("collect_env.py", 9, "NPU101")]
     assert "NPU203" in held[("launch.py", 8, "NPU101")]
     assert "`_C.nms_rotated(...)`, a call into a compiled extension" in held[("nms.py", 26, "NPU104")]
@@ -177,14 +191,15 @@ def test_each_hold_names_what_it_protects(tmp_path: Path) -> None:
 def test_the_summary_counts_held_fixes_by_reason_and_names_dual_path_files(tmp_path: Path) -> None:
     text = run_cli("scan", str(SOURCES), cwd=tmp_path).stdout
     assert "fix(es) held back so the code is never worse than unmigrated:" in text
-    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (7)",
+    for reason in ("its value guards CUDA code left (4)", "it guards CUDA code left (8)",
                    "the code's own attribute (2)", "a file with an NPU path beside CUDA (6)",
                    "it is compared with a value left CUDA (1)",
-                   "a mock of a name another file keeps (2)"):  # fmt: skip
+                   "a mock of a name another file keeps (2)",
+                   "its value reaches a comparison with CUDA another file keeps (1)"):  # fmt: skip
         assert reason in text
     assert "2 file(s) already run on the NPU beside CUDA" in text and "hub_utils.py" in text
     summary = json.loads(run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path).stdout)["summary"]
-    assert summary["held_by_reason"]["it guards CUDA code left"] == 7
+    assert summary["held_by_reason"]["it guards CUDA code left"] == 8
     assert [Path(f).name for f in summary["dual_path_files"]] == ["device_utils.py", "hub_utils.py"]
 
 

@@ -19,6 +19,10 @@ code is never worse than unmigrated code:
   `and`/`or`, `not`, a conditional expression, a loop's bound, an early exit, an `assert`, a
   test-skipping decorator), and a test is followed to the values it reads that ask about CUDA
   (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return);
+* a value handed on by keyword to code that another file of the run keeps comparing with CUDA
+  (a test's `torch.device("cuda", i)` cases given as `DDPStrategy(parallel_devices=...)`, while
+  Lightning's connector keeps `strategy.parallel_devices[0].type == "cuda"`, since Lightning has
+  no NPU accelerator): rewritten, the value would no longer meet that comparison;
 * a fix whose code works only on data on the NPU (Rule.needs_npu_data: the fused optimizers) in
   a function whose device its caller chooses (`def test_step(device):`, a test's fixture, which
   may be the CPU), or whose data the file is not seen moving to an accelerator (`model.cuda()`,
@@ -39,6 +43,7 @@ from npu_migrate.engine.reasons import (
     DATA_DEVICE_UNSEEN,
     DEVICE_FROM_CALLER,
     GUARDS_CUDA,
+    HANDED_TO_CUDA_TEST,
     OWN_ATTRIBUTE,
     VALUE_GUARDS_CUDA,
 )
@@ -83,7 +88,8 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
     inside = _locator(sites)
-    for i, hold in _device_holds(sites, program, inside, fixes).items():
+    placed = _handed_holds(sites, program, inside, fixes) | _device_holds(sites, program, inside, fixes)
+    for i, hold in placed.items():
         held[i], fixes[i], leaves[i] = hold, False, sites[i].severe
     compared = _comparison_holds(sites, program, inside, fixes, leaves)
     for i in compared:
@@ -115,6 +121,27 @@ def _device_holds(
                 "this file does not show its data moved to an accelerator (by `.cuda()`, `.npu()`, or "
                 f"`.to()` a CUDA or NPU device), so it may be on the CPU, and {site.needs_npu_data}",
             )
+    return held
+
+
+def _handed_holds(
+    sites: Sequence[Site], program: Program, inside: Callable[[Span], list[int]], fixes: Sequence[bool]
+) -> dict[int, Hold]:
+    """Fixes in a value handed on as a keyword that another file keeps comparing with CUDA,
+    directly (`parallel_devices=[torch.device("cuda", 0)]`) or through the values the argument
+    reads (a variable, a test's parametrized case)."""
+    held: dict[int, Hold] = {}
+    for handed in program.handed:
+        where = program.compared_elsewhere.get(handed.keyword)
+        if where is None:
+            continue
+        why = Hold(
+            HANDED_TO_CUDA_TEST,
+            f"its value is handed on as `{handed.keyword}=` (line {handed.span.line}), and {where} keeps "
+            "comparing it with CUDA: rewritten, it would no longer meet that comparison",
+        )
+        spans = [handed.span, *(value.span for value in _values_read(program, handed.reads))]
+        held |= {i: why for span in spans for i in inside(span) if fixes[i] and i not in held}
     return held
 
 

@@ -260,11 +260,13 @@ def _span(where: CodeRange, place: Callable[[int], int]) -> Span:
 def _program(text: str, focus: Collection[int], where: ModulePath, tree: ast.Module | None = None) -> Program:
     """The program model of a file around the `focus` lines (an empty one where the stdlib
     parser cannot read the file), knowing where the file sits."""
+    compared = dict(where.compared_elsewhere)
     try:
-        program = Program.of(tree or stdlib_parse(text), split_lines(text), focus)
+        program = Program.of(tree or stdlib_parse(text), split_lines(text), focus, compared.keys())
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         program = Program()
     program.cuda_member_beside = where.cuda_member_beside
+    program.compared_elsewhere = compared
     return program
 
 

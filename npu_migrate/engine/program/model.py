@@ -20,6 +20,10 @@ It knows:
   and goes on without it, `is_torch_npu_available()`, `torch_npu = None`);
 * the functions whose device their caller chooses (a parameter named like `device`, which a
   test's fixture or a caller may set to the CPU);
+* what is handed on by keyword to a call (`DDPStrategy(parallel_devices=devices)`), for the
+  keywords the run asks about: another file of the run keeps comparing an attribute of that
+  name with CUDA (engine.program.run), and pytest's `parametrize` cases bound to the test's
+  parameters, so that a case's value is followed into the test's calls;
 * placements: the objects the code visibly moves to an accelerator (`model.cuda()`,
   `model = Net().to("cuda")`, `self.net.to(device)` where every value of `device` names CUDA or
   the NPU), and what each call's first argument (or `params=`) reads, so that a fix whose code
@@ -87,6 +91,15 @@ class DeviceParameter:
     line: int
 
 
+@dataclass(frozen=True)
+class Handed:
+    """`keyword=value` in a call: `value` (at `span`, reading `reads`) is handed on as `keyword`."""
+
+    keyword: str
+    span: Span
+    reads: frozenset[Key]
+
+
 @dataclass
 class Program:
     guards: list[Guard] = field(default_factory=list)
@@ -106,6 +119,9 @@ class Program:
     accelerator_keys: set[Key] = field(default_factory=set)
     other_keys: set[Key] = field(default_factory=set)
     placed_through: list[tuple[Key, Key]] = field(default_factory=list)  # `x.to(device)`: x, device
+    handed: list[Handed] = field(default_factory=list)  # for the keywords Program.of was asked about
+    # Attribute names other files of the run keep comparing with CUDA, with where (engine.program.run).
+    compared_elsewhere: dict[str, str] = field(default_factory=dict)
 
     def on_accelerator(self, reads: frozenset[Key]) -> bool:
         """Whether data that reads `reads` (or the values those keys were bound to) is visibly
@@ -116,11 +132,18 @@ class Program:
         return bool(expanded & placed)
 
     @classmethod
-    def of(cls, tree: ast.Module, lines: Sequence[str], focus: Collection[int] | None = None) -> Program:
+    def of(
+        cls,
+        tree: ast.Module,
+        lines: Sequence[str],
+        focus: Collection[int] | None = None,
+        keywords: Collection[str] = (),
+    ) -> Program:
         """The model of a module; with `focus` (lines), of the functions and classes around those
         lines and the module's other statements only (a definition with no focus line in it can
-        neither guard nor hold a match; reading it would cost most of the time)."""
-        program = _Reader(lines, sorted(focus) if focus is not None else None).read(tree)
+        neither guard nor hold a match; reading it would cost most of the time). `keywords`: the
+        keyword arguments to record as Program.handed."""
+        program = _Reader(lines, sorted(focus) if focus is not None else None, keywords).read(tree)
         if any("torch_npu" in line or "npu_available" in line for line in lines):
             program.dual_path = _dual_path(tree)
         return program
@@ -150,9 +173,10 @@ class _Scope:
 
 
 class _Reader(ast.NodeVisitor):
-    def __init__(self, lines: Sequence[str], focus: list[int] | None) -> None:
+    def __init__(self, lines: Sequence[str], focus: list[int] | None, keywords: Collection[str]) -> None:
         self.lines = lines
         self.focus = focus
+        self.keywords = keywords
         self.columns = Columns(lines)
         self.program = Program()
         self.scopes: list[_Scope] = [_Scope(None, None)]
@@ -206,6 +230,8 @@ class _Reader(ast.NodeVisitor):
             test = _skip_condition(decorator)
             if test is not None:
                 self._guard(test, [self.columns.around(node.body)], node)  # type: ignore[list-item]
+            for parameter, case in _parametrized(decorator):
+                self._value(("name", id(node), parameter), case)
         self._defaults(node)
         arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         device = next((a.arg for a in arguments if _DEVICE_PARAMETER.match(a.arg)), None)
@@ -371,16 +397,21 @@ class _Reader(ast.NodeVisitor):
         return ("name", 0, name)
 
     def _reads(self, expression: ast.expr) -> frozenset[Key]:
+        """The values an expression reads: its variables, its attributes, what the functions it
+        calls return (a method called is read as its return, `torch.device(...)` not as an
+        attribute `device`)."""
         keys: set[Key] = set()
+        called: set[int] = set()
         for node in ast.walk(expression):
-            if isinstance(node, ast.Name):
-                keys.add(self._resolve(node.id))
-            elif isinstance(node, ast.Attribute):
-                keys.add(("attr", node.attr))
             if isinstance(node, ast.Call):
+                called.add(id(node.func))
                 name = _last(node.func)
                 if name:
                     keys.add(("call", name))
+            if isinstance(node, ast.Name):
+                keys.add(self._resolve(node.id))
+            elif isinstance(node, ast.Attribute) and id(node) not in called:
+                keys.add(("attr", node.attr))
         return frozenset(keys)
 
     # ------------------------------------------------------------------ imports, extensions, the NPU path
@@ -418,6 +449,11 @@ class _Reader(ast.NodeVisitor):
         moved = _moved(node)
         if moved is not None:
             self._place(moved[0], moved[1])
+        for keyword in node.keywords:
+            if keyword.arg is not None and keyword.arg in self.keywords:
+                self.program.handed.append(
+                    Handed(keyword.arg, self.columns.span(keyword.value), self._reads(keyword.value))
+                )
         self.generic_visit(node)
 
     def _place(self, target: ast.expr, device: ast.expr | None) -> None:
@@ -576,6 +612,35 @@ def _skip_condition(node: ast.expr) -> ast.expr | None:
     if isinstance(node, ast.Call) and _last(node.func) in _SKIPS and node.args:
         return node.args[0]
     return None
+
+
+def _parametrized(decorator: ast.expr) -> Iterator[tuple[str, ast.expr]]:
+    """What `pytest.mark.parametrize("a,b", [(1, 2), ...])` binds each parameter to: the case's
+    element where a case is written as a tuple, a list or `pytest.param(...)`, else the whole case."""
+    if not (isinstance(decorator, ast.Call) and _last(decorator.func) == "parametrize"):
+        return
+    if len(decorator.args) < 2:
+        return
+    names, cases = decorator.args[0], decorator.args[1]
+    if isinstance(names, ast.Constant) and isinstance(names.value, str):
+        parameters = [n.strip() for n in names.value.split(",") if n.strip()]
+    elif isinstance(names, ast.Tuple | ast.List):
+        parameters = [n.value for n in names.elts if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    else:
+        return
+    if not isinstance(cases, ast.Tuple | ast.List):
+        for parameter in parameters:
+            yield parameter, cases
+        return
+    for case in cases.elts:
+        if isinstance(case, ast.Call) and _last(case.func) == "param":  # pytest.param(1, 2, id=...)
+            case = case.args[0] if len(case.args) == 1 else ast.Tuple(elts=case.args)
+        elements = case.elts if isinstance(case, ast.Tuple | ast.List) else []
+        if len(parameters) > 1 and len(elements) == len(parameters):
+            yield from zip(parameters, elements, strict=True)
+        else:
+            for parameter in parameters:
+                yield parameter, case
 
 
 def _conjunctive(test: ast.expr) -> bool:

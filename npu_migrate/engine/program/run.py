@@ -1,8 +1,17 @@
 """What the files of one run decide for each other, read from their results after the per-file
-pass: the names some file keeps calling (a rename the run does not make there: a dual-path file,
-a guard hold), so that a test's mock of that name is not renamed away from the code it stands in
-for (mmengine's test mocks `torch.cuda.max_memory_allocated`, which its device utilities, keeping
-an NPU path beside CUDA, still call), and is renamed where the code it imports renames it."""
+pass:
+
+* the names some file keeps calling (a rename the run does not make there: a dual-path file, a
+  guard hold), so that a test's mock of that name is not renamed away from the code it stands in
+  for (mmengine's test mocks `torch.cuda.max_memory_allocated`, which its device utilities,
+  keeping an NPU path beside CUDA, still call), and is renamed where the code it imports renames
+  it;
+* the attributes some file keeps comparing with CUDA (`strategy.parallel_devices[0].type ==
+  "cuda"`, held in Lightning's connector: Lightning has no NPU accelerator), so that a value
+  another file hands on under that name keeps its CUDA (Lightning's test builds
+  `DDPStrategy(parallel_devices=[torch.device("cuda", i) ...])` and expects the connector to see
+  a GPU). Files are linked by the attribute's name, so names too common to link by (`device`,
+  `device_type`) are left out."""
 
 from __future__ import annotations
 
@@ -11,7 +20,7 @@ import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from npu_migrate.model import FileOutcome
+from npu_migrate.model import FileOutcome, Finding
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _QUOTED = re.compile(rf"[rRuU]?(['\"])(?P<name>{_DOTTED.pattern})\1")
@@ -53,6 +62,64 @@ class Calls:
             if any(reached(module) for module in renamed):
                 return None
         return next(iter(kept.values()), None)
+
+
+# A string a comparison asks a device about: "cuda", "cuda:0".
+_CUDA_STRING = re.compile(r"^cuda(?::\d+)?$")
+# Attribute names every device-handling file uses: a comparison of one links no file to another.
+_TOO_COMMON = re.compile(r"^(?:type|(?:\w+_)?device(?:_type)?|device_\w+)$")
+
+
+def kept_comparisons(outcomes: Iterable[FileOutcome]) -> dict[str, str]:
+    """The attributes (by name) whose device the run keeps comparing with CUDA, with where and
+    how: a comparison `x.NAME == "cuda"` or `x.NAME[0].type == "cuda"` whose CUDA string keeps
+    its CUDA (held, or left for a human)."""
+    found: dict[str, str] = {}
+    for outcome in outcomes:
+        lines = {f.line for f in outcome.result.findings if _kept_cuda_string(f)}
+        if not lines:
+            continue
+        try:
+            tree = ast.parse(outcome.file.data or b"")
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and node.lineno in lines and _asks_cuda(node):
+                name = _compared_attribute(node)
+                if name is not None and not _TOO_COMMON.match(name):
+                    found.setdefault(name, f"{outcome.file.display}:{node.lineno} (`{ast.unparse(node)}`)")
+    return found
+
+
+def hands_on(source: bytes, names: Collection[str]) -> bool:
+    """Whether the file may hand a value on as one of `names` (`name=` in a call)."""
+    text = source.decode("latin-1")
+    return any(re.search(rf"\b{re.escape(name)}\s*=(?!=)", text) for name in names)
+
+
+def _kept_cuda_string(finding: Finding) -> bool:
+    """A quoted CUDA device string the run keeps as it is (held, or left for a human)."""
+    kept = finding.held is not None or finding.replacement is None
+    code = finding.code
+    quoted = len(code) > 2 and code[0] == code[-1] in "'\""
+    return kept and quoted and _CUDA_STRING.match(code[1:-1]) is not None
+
+
+def _asks_cuda(node: ast.Compare) -> bool:
+    strings = [o.value for o in [node.left, *node.comparators] if isinstance(o, ast.Constant)]
+    return any(isinstance(value, str) and _CUDA_STRING.match(value) for value in strings)
+
+
+def _compared_attribute(node: ast.Compare) -> str | None:
+    """NAME in `x.NAME == "cuda"`, `x.NAME.type == "cuda"`, `x.NAME[0].type == "cuda"`."""
+    for operand in [node.left, *node.comparators]:
+        if isinstance(operand, ast.Attribute) and operand.attr == "type":
+            operand = operand.value
+        while isinstance(operand, ast.Subscript):
+            operand = operand.value
+        if isinstance(operand, ast.Attribute):
+            return operand.attr
+    return None
 
 
 def module_name(outcome: FileOutcome) -> str:
