@@ -44,7 +44,7 @@ class Snapshot:
 
     @property
     def name(self) -> str:
-        return f"{self.repo.replace('/', '+')}-{self.commit[:12]}"
+        return f"{self.repo.replace('/', '__')}-{self.commit[:12]}"  # no `+`: tests build regexes from paths
 
 
 MIRRORS = Path(os.environ.get("NPU_MIGRATE_MIRRORS", "/work/.mirror"))

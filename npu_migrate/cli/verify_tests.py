@@ -33,7 +33,11 @@ def verify_tests(
     where = "the NPU emulation" if emulated else "the NPU"
     with tempfile.TemporaryDirectory(prefix="npu-migrate-tests-") as scratch:
         work = Path(scratch)
-        original_copy = copy_tree(copy.tree, work / "original")  # the user's tree is never run in
+        # The user's tree is never run in. Both sides' roots have the same name (their parents are
+        # temporary folders): a test that reads its own path does the same on both (mmengine's
+        # logger test builds a regular expression from `__file__`, and a `+` in it matches no `+`).
+        original_copy = work / "original" / copy.folder.name
+        copy_tree(copy.tree, original_copy).rename(original_copy)
         original = _side("the original", original_copy, arguments, False, timeout, work / "original.jsonl")
         common.err.print(f"verify: tests on the original: {original.describe()}", highlight=False)
         if not original.status:

@@ -84,6 +84,22 @@ def test_a_regression_is_named_with_the_change_that_breaks_it(tmp_path: Path) ->
     assert "FAIL" in page and "test_empty_is_zero" in page and "HOU101" in page
 
 
+def test_both_sides_run_under_a_root_of_the_tree_s_name(tmp_path: Path) -> None:
+    """mmengine's logger test builds a regular expression from its own `__file__`: a side whose
+    path differs in more than its temporary parent passes it on one side only."""
+    root = project(tmp_path)
+    (root / "tests" / "test_where.py").write_text(
+        "from pathlib import Path\n\n\ndef test_root_name():\n"
+        "    assert Path(__file__).resolve().parent.parent.name == 'proj'\n"
+    )
+    report = tmp_path / "r.json"
+    result = run_cli("verify", str(root), "--tests", "pytest -q tests", "--json", str(report), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    sides = json.loads(report.read_text())
+    assert sides["original"]["status"]["tests/test_where.py::test_root_name"] == "passed"
+    assert sides["migrated"]["status"]["tests/test_where.py::test_root_name"] == "passed"
+
+
 def test_a_side_past_its_time_limit_is_stopped_and_fails(tmp_path: Path) -> None:
     root = project(tmp_path)
     (root / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(60)\n")
