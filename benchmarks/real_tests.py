@@ -106,7 +106,7 @@ PROJECTS = [
                 tests/models/autoencoders/test_models_vq.py
                 tests/models/autoencoders/test_models_autoencoder_tiny.py tests/models/test_activations.py
                 tests/models/test_layers_utils.py tests/models/test_attention_dispatch.py"""),
-            "huggingface_hub safetensors regex requests importlib_metadata pillow httpx filelock "
+            "huggingface_hub>=1.23,<2 safetensors regex requests importlib_metadata pillow httpx filelock "
             "parameterized pytest-timeout requests-mock accelerate(--no-deps)",
             (("HF_HUB_OFFLINE", "1"),), 1800),
     Project("mmengine", "OpenMMLab's training engine (under mmdet/mmseg); already runs on the NPU in places",

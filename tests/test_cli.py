@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -233,9 +234,31 @@ def test_help_texts_keep_their_defaults(tmp_path: Path) -> None:
         ("verify", "default: cuda if present"),
         ("run", "default: emulate when"),
         ("scan", "one per CPU"),
+        ("scan", "A pyproject.toml with [tool.npu-migrate], or a TOML file"),
     ):
         page = run_cli(command, "--help", cwd=tmp_path).stdout
         assert text in " ".join(page.replace("│", " ").split()), command
+
+
+def test_every_option_says_what_it_does() -> None:
+    import typer.core
+    import typer.main
+
+    from npu_migrate.cli import app
+
+    def commands(group: Any, prefix: str = "") -> list[tuple[str, Any]]:
+        found = [(prefix, group)]
+        for name, child in getattr(group, "commands", {}).items():
+            found += commands(child, f"{prefix} {name}")
+        return found
+
+    silent = [
+        f"{name} {option.opts[0]}"
+        for name, command in commands(typer.main.get_command(app))
+        for option in command.params
+        if isinstance(option, typer.core.TyperOption) and not option.hidden and not option.help
+    ]
+    assert silent == []
 
 
 def test_findings_after_apply_point_at_the_rewritten_files_lines(tmp_path: Path) -> None:

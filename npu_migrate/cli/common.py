@@ -65,7 +65,7 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="A pyproject.toml with [tool.npu-migrate], or a TOML file of those keys (default: the "
+        help="A pyproject.toml with \\[tool.npu-migrate], or a TOML file of those keys (default: the "
         "nearest pyproject.toml with the table above the first path).",
     ),
 ]

@@ -32,9 +32,9 @@ def scan(
     jobs: common.Jobs = None,
     no_cache: common.NoCache = False,
     config: common.ConfigOption = None,
-    select: selection.Codes = None,
-    extend_select: selection.Codes = None,
-    ignore: selection.Codes = None,
+    select: selection.Select = None,
+    extend_select: selection.ExtendSelect = None,
+    ignore: selection.Ignore = None,
     fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
     diff_from: Annotated[

@@ -17,7 +17,24 @@ from npu_migrate.model import Applicability, FileOutcome, SourceFile
 from npu_migrate.pipeline import RuleSource
 from npu_migrate.report.gate import FailOn
 
-Codes = Annotated[list[str] | None, typer.Option(show_default=False)]
+Select = Annotated[
+    list[str] | None,
+    typer.Option(
+        show_default=False,
+        help="Run only these rule codes or prefixes (NPU1, NPU301), repeatable or comma-separated; "
+        "replaces the config's select.",
+    ),
+]
+ExtendSelect = Annotated[
+    list[str] | None,
+    typer.Option(show_default=False, help="Add these codes or prefixes to the selection."),
+]
+Ignore = Annotated[
+    list[str] | None,
+    typer.Option(
+        show_default=False, help="Leave out these codes or prefixes (added to the config's ignore)."
+    ),
+]
 
 
 @dataclass

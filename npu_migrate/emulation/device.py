@@ -66,6 +66,34 @@ def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
     return self.to(state.Device("npu", state.index_of(device)))
 
 
+def _detach(original: Any) -> Any:
+    """`t.detach()` is where `t` is, also where no mode sees it (a saved-tensor hook, which runs
+    inside an op: checkpoint's recompute detaches what it saves)."""
+
+    @functools.wraps(original)
+    def detach(self: torch.Tensor) -> torch.Tensor:
+        detached = original(self)
+        device = tensors.index(self)
+        if device is not None and tensors.index(detached) is None:
+            tensors.tag(detached, device)
+        return detached
+
+    return detach
+
+
+def _under_the_mode(original: Any) -> Any:
+    """Code torch runs from inside backward (checkpoint's recompute of the forward), where no
+    mode is on (backward was called from the mode's own handler), run under the mode as the
+    forward was: its tensors are on the NPU again, as checkpoint's check of them expects."""
+
+    @functools.wraps(original)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _NpuDevices():
+            return original(*args, **kwargs)
+
+    return run
+
+
 def _parameter(original: Any) -> Any:
     """`nn.Parameter(t)` is where `t` is (torch makes it without a torch function the mode sees)."""
 
@@ -155,6 +183,55 @@ def _register_hccl() -> None:
     vars(dist)["is_hccl_available"] = lambda: True
 
 
+def _saved_inputs(frame: Any) -> tuple[Any, Any]:
+    """A checkpoint frame's `save_inputs` and `get_inputs`, keeping where each input was: torch
+    saves them as SavedTensor objects, and a tensor unpacked from one is a new object, which
+    carries no tag."""
+    save, get = frame.save_inputs, frame.get_inputs
+
+    def save_inputs(self: Any, *args: Any) -> None:
+        save(self, *args)
+        self._npu_migrate_indexes = [tensors.index(a) for a in args]
+
+    def get_inputs(self: Any) -> list[Any]:
+        inputs = get(self)
+        for value, device in zip(inputs, getattr(self, "_npu_migrate_indexes", ()), strict=False):
+            if device is not None:
+                tensors.tag(value, device)
+        return inputs
+
+    return save_inputs, get_inputs
+
+
+def _checkpoint_metadata(tensor: torch.Tensor) -> dict[str, Any]:
+    """Checkpoint's check that a recomputed tensor is the saved one (shape, dtype, device), with
+    the device the emulation says (inside an op, or in backward, no mode reads it)."""
+    device = tensors.read("device", tensor, tensor.device)
+    return {"shape": tensor.shape, "dtype": tensor.dtype, "device": device}
+
+
+def _recomputations() -> list[tuple[object, str, object]]:
+    """Checkpoint's recomputation, in both of its forms (torch 2.13's private names: where a
+    torch lacks one, that form is left as it is)."""
+    import torch.utils.checkpoint as checkpoint
+
+    found: list[tuple[object, str, object]] = []
+    if hasattr(checkpoint, "_run_fn_with_dynamo_disabled"):  # use_reentrant=False
+        found.append((checkpoint, "_run_fn_with_dynamo_disabled",
+                      _under_the_mode(checkpoint._run_fn_with_dynamo_disabled)))  # fmt: skip
+    frame = getattr(checkpoint, "_CheckpointFrame", None)
+    if frame is not None and hasattr(frame, "get_inputs"):
+        save_inputs, get_inputs = _saved_inputs(frame)
+        found += [(frame, "save_inputs", save_inputs), (frame, "get_inputs", get_inputs)]
+    checks = getattr(checkpoint, "_allowed_determinism_checks_to_fns", {})
+    if "default" in checks:  # what a saved tensor is checked against, read where no mode may be on
+        found.append((checks, "default", _checkpoint_metadata))
+    function = getattr(checkpoint, "CheckpointFunction", None)  # use_reentrant=True
+    if function is not None:
+        found.append((function, "backward", staticmethod(_under_the_mode(function.backward))))
+    return found
+
+
 def install(backing: str | None = None) -> torch.device:
     """Make "npu" usable in this process; idempotent. Returns the backing device."""
     global _installed
@@ -176,10 +253,15 @@ def install(backing: str | None = None) -> torch.device:
         (torch, "load", _load(torch.load)),
         (torch.nn.Parameter, "__new__", _parameter(torch.nn.Parameter.__new__)),
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
+        (torch.Tensor, "detach", _detach(torch.Tensor.detach)),
+        *_recomputations(),
         (torch, "Generator", _Generator),
     ]
     for owner, name, value in patches:
-        setattr(owner, name, value)
+        if isinstance(owner, dict):
+            owner[name] = value
+        else:
+            setattr(owner, name, value)
     _register_hccl()
     _NpuDevices().__enter__()
     _installed = state.installed = True

@@ -334,3 +334,39 @@ def test_the_deprecated_memory_names_warn_and_answer_as_torch_npu_does() -> None
     with pytest.raises(TypeError):
         npu_module.set_per_process_memory_fraction(1)
     assert len(npu_module.get_rng_state_all()) == npu_module.device_count()
+
+
+CHECKPOINTED = """
+import torch
+import torch_npu
+from torch.utils.checkpoint import checkpoint
+
+def block(x, layer):
+    y = layer(x) / 2.0
+    if y.device.type == "npu":  # what the recompute saves must be what the forward saved
+        return torch.sigmoid(y) * y
+    return y.sin()
+
+def nested(x, layer):
+    return checkpoint(block, x / 3.0, layer, use_reentrant=False)
+
+layer = torch.nn.Linear(4, 4).npu()
+for reentrant in (False, True):
+    x = torch.randn(2, 4).npu().requires_grad_()
+    block(x, layer).sum().backward()
+    expected, x.grad = x.grad, None
+    checkpoint(block, x, layer, use_reentrant=reentrant).sum().backward()
+    same = torch.allclose(x.grad, expected)  # the recompute took the forward's branch
+    print("reentrant" if reentrant else "non-reentrant", x.grad.device, layer.weight.grad.device, same)
+x = torch.randn(2, 4).npu().requires_grad_()
+checkpoint(nested, x, layer, use_reentrant=False).sum().backward()  # diffusers' UNet blocks nest them
+print("nested", x.grad.device)
+"""
+
+
+def test_checkpoint_recomputes_on_the_npu_as_its_forward_ran(tmp_path: Path) -> None:
+    """diffusers' gradient checkpointing test: the recompute runs inside backward, where no mode
+    sees torch calls; its tensors (and checkpoint's check of them) must be on the NPU again."""
+    out = emulated(tmp_path, "checkpointed.py", CHECKPOINTED)
+    assert "non-reentrant npu:0 npu:0 True" in out and "\nreentrant npu:0 npu:0 True" in out
+    assert "nested npu:0" in out
