@@ -38,7 +38,7 @@ class _NpuDevices(TorchFunctionMode):
             return result
         refused = tensors.refused(func, args)
         if refused is not None:
-            raise TypeError(refused)
+            raise refused
         if name == "get_device" and args and tensors.index(args[0]) is not None:
             return tensors.index(args[0])
         where = tensors.target(func, args, kwargs)

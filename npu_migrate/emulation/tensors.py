@@ -166,13 +166,32 @@ def written(name: str, tensor: torch.Tensor, value: Any) -> None:
         tag(tensor, device)
 
 
-def refused(func: Callable, args: tuple) -> str | None:
-    """Why a real NPU tensor would refuse this call, or None."""
+_FLOAT8 = frozenset(
+    dtype
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if (dtype := getattr(torch, name, None)) is not None
+)
+_MATMULS = frozenset({"_scaled_mm", "_scaled_mm_v2", "matmul", "mm", "bmm", "addmm", "linear", "__matmul__"})
+
+
+def refused(func: Callable, args: tuple) -> Exception | None:
+    """The error a real NPU would raise for this call, or None: a tensor on it converted to
+    numpy; a float8 matrix product on the SoC the emulation stands in for (an Atlas A2 part,
+    npu_module.get_soc_version: torch_npu 2.13's operator docs list float8 matmul inputs for
+    the Ascend 950 only, `npu_quant_matmul` int8 and int4-in-int32 on the A2)."""
     name = getattr(func, "__name__", "")
     device = index(args[0]) if args else None
     if device is not None and name == "numpy":
-        return (
+        return TypeError(
             f"can't convert npu:{device} device type tensor to numpy. Use Tensor.cpu() to copy the "
             "tensor to host memory first."
+        )
+    if name in _MATMULS and any(index(a) is not None and a.dtype in _FLOAT8 for a in args[:2]):
+        dtypes = ", ".join(
+            str(a.dtype).removeprefix("torch.") for a in args[:2] if isinstance(a, torch.Tensor)
+        )
+        return RuntimeError(
+            f"{name}: float8 matrix products are not supported on this NPU (Ascend910B1, an Atlas A2 "
+            f"part; torch_npu lists float8 inputs for the Ascend 950 only); got {dtypes}"
         )
     return None

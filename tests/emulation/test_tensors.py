@@ -74,6 +74,17 @@ except TypeError as refused:
     assert "can't convert npu:0 device type tensor to numpy" in str(refused)
 else:
     raise AssertionError("an NPU tensor converted to numpy")
+
+a8 = torch.randn(16, 16).npu().to(torch.float8_e4m3fn)
+b8 = torch.randn(16, 16).npu().to(torch.float8_e4m3fn).t()
+one = torch.ones((), device="npu")
+try:  # torch_npu lists float8 matmul inputs for the Ascend 950 only; the emulation is an A2
+    torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)
+except RuntimeError as refused:
+    assert "float8 matrix products are not supported on this NPU (Ascend910B1" in str(refused)
+else:
+    raise AssertionError("a float8 matmul ran on the emulated Atlas A2")
+assert (a8.to(torch.bfloat16) @ b8.to(torch.bfloat16)).device.type == "npu"  # cast first: it runs
 print("all held")
 """
 
