@@ -305,7 +305,13 @@ def main() -> int:
     any_silent = False
     with tempfile.TemporaryDirectory(prefix="npu-migrate-audit-") as work:
         print(f"{'tree':<28} {'traces before':>13} {'after':>6} {'reported':>9} {'silent':>7}")
-        audits = [audit(tree, Path(work), args.unsafe, args.jobs) for tree in args.trees]
+        folders = [Path(work) / str(i) for i in range(len(args.trees))]  # trees may share a name (src)
+        for folder in folders:
+            folder.mkdir()
+        audits = [
+            audit(tree, folder, args.unsafe, args.jobs)
+            for tree, folder in zip(args.trees, folders, strict=True)
+        ]
         for a in audits:
             reported = len(a.after) - len(a.silent)
             print(f"{a.tree.name:<28} {a.before:>13} {len(a.after):>6} {reported:>9} {len(a.silent):>7}")

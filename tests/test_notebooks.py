@@ -111,3 +111,24 @@ def test_a_shell_line_first_in_the_first_code_cell_is_located_there(tmp_path: Pa
     notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     report = json.loads(run_cli("scan", notebook.name, "--format", "json", cwd=tmp_path).stdout)
     assert [(f["cell"], f["line"], f["column"]) for f in report["findings"]] == [(2, 1, 1), (3, 1, 5)]
+
+
+def test_a_shell_line_continued_with_a_backslash_is_one_command(tmp_path: Path) -> None:
+    """diffusers' SD3 LoRA notebook: `!pip install -q -U \\` then indented package lines, which
+    IPython runs as one command (read as Python, they were an unexpected indent)."""
+    source = (
+        "!pip install -q -U \\\n    transformers \\\n    accelerate\nimport torch\nx = torch.ones(2).cuda()\n"
+    )
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+    notebook = tmp_path / "colab.ipynb"
+    notebook.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    scanned = run_cli("scan", notebook.name, "--format", "json", cwd=tmp_path)
+    assert scanned.returncode == 1, scanned.stderr  # findings, no error
+    report = json.loads(scanned.stdout)
+    assert report["summary"]["errors"] == []
+    assert [(f["cell"], f["line"]) for f in report["findings"]] == [(1, 5)]
+    applied = run_cli("apply", notebook.name, cwd=tmp_path)
+    assert applied.returncode in (0, 1), applied.stderr
+    written = json.loads(notebook.read_text())["cells"][0]["source"]
+    assert written.startswith("!pip install -q -U \\\n    transformers \\\n    accelerate\n")
+    assert "x = torch.ones(2).npu()" in written

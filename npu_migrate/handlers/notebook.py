@@ -112,14 +112,16 @@ def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]
             continue
         starts[number] = len(lines) + 1
         lines.append(_CELL.format(number) + "\n")
+        continued: str | None = None  # the indent of a magic line ending in `\`, for its next lines
         for index, line in enumerate(source.splitlines(keepends=True)):
             stripped = line.lstrip()
-            shell = body == "shell" and index > 0 and stripped.strip()
+            shell = (body == "shell" and index > 0 and stripped.strip()) or continued is not None
             if shell or stripped.startswith(("!", "%")):
-                indent = line[: len(line) - len(stripped)]
+                indent = line[: len(line) - len(stripped)] if continued is None else continued
                 call = _as_python(("!" if shell else "") + stripped.rstrip("\r\n"))
                 lines.append(indent + call + _MAGIC.format(len(magics)) + "\n")
                 magics.append(line)
+                continued = indent if stripped.rstrip("\r\n").endswith("\\") else None
             else:
                 lines.append(line if line.endswith(("\n", "\r")) else line + "\n")
     if any(m.lstrip().startswith("!") for m in magics):
