@@ -29,6 +29,10 @@ PLAIN_ONLY = Hold(
     "a tool run with arguments",
     "it runs with arguments, whose meaning differs for the NPU's tool: port it by hand",
 )
+EXPANDED = Hold(
+    "a word spelled with variables",
+    "part of it is a variable's value, known only when the script runs: edit it by hand",
+)
 
 
 @cache
@@ -102,10 +106,14 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
 
 
 def _word(node: Any, data: bytes) -> Iterator[Site]:
-    """A word site for an argument or value whose text is literal (see _spelled)."""
+    """A word site for an argument or value whose text is literal (see _spelled); one spelled
+    with variables (`pytorch/pytorch:${PYTORCH}-cuda${CUDA}-devel`) is matched as written, its
+    fix held."""
     spelled = _spelled(node, data)
     if spelled is not None:
         yield Site("word", *spelled)
+    elif node.type == "concatenation":
+        yield _site(node, data, "word", held=EXPANDED)
 
 
 _INSTALLERS = (
