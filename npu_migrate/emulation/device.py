@@ -5,8 +5,10 @@ generators, torch.compile and the hccl backend accept "npu"."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,32 +68,37 @@ def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
     return self.to(state.Device("npu", state.index_of(device)))
 
 
-def _detach(original: Any) -> Any:
-    """`t.detach()` is where `t` is, also where no mode sees it (a saved-tensor hook, which runs
-    inside an op: checkpoint's recompute detaches what it saves)."""
+def _under_the_mode(original: Any, detaching: bool = False) -> Any:
+    """Code torch runs from inside backward (checkpoint's recompute of the forward), where no
+    mode is on (backward was called from the mode's own handler), run under the mode as the
+    forward was: its tensors are on the NPU again, as checkpoint's check of them expects.
+    `detaching`: the recompute's saved-tensor hook detaches what it saves, inside an op where no
+    mode sees it; while it runs, a detached tensor is where its source is."""
 
     @functools.wraps(original)
-    def detach(self: torch.Tensor) -> torch.Tensor:
-        detached = original(self)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _NpuDevices(), _detach_keeps_its_device() if detaching else contextlib.nullcontext():
+            return original(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def _detach_keeps_its_device() -> Iterator[None]:
+    detach = torch.Tensor.detach
+
+    def keeping(self: torch.Tensor) -> torch.Tensor:
+        detached = detach(self)
         device = tensors.index(self)
         if device is not None and tensors.index(detached) is None:
             tensors.tag(detached, device)
         return detached
 
-    return detach
-
-
-def _under_the_mode(original: Any) -> Any:
-    """Code torch runs from inside backward (checkpoint's recompute of the forward), where no
-    mode is on (backward was called from the mode's own handler), run under the mode as the
-    forward was: its tensors are on the NPU again, as checkpoint's check of them expects."""
-
-    @functools.wraps(original)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with _NpuDevices():
-            return original(*args, **kwargs)
-
-    return run
+    setattr(torch.Tensor, "detach", keeping)  # noqa: B010  (as an assignment, mypy refuses a method)
+    try:
+        yield
+    finally:
+        setattr(torch.Tensor, "detach", detach)  # noqa: B010
 
 
 def _parameter(original: Any) -> Any:
@@ -218,7 +225,7 @@ def _recomputations() -> list[tuple[object, str, object]]:
     found: list[tuple[object, str, object]] = []
     if hasattr(checkpoint, "_run_fn_with_dynamo_disabled"):  # use_reentrant=False
         found.append((checkpoint, "_run_fn_with_dynamo_disabled",
-                      _under_the_mode(checkpoint._run_fn_with_dynamo_disabled)))  # fmt: skip
+                      _under_the_mode(checkpoint._run_fn_with_dynamo_disabled, detaching=True)))  # fmt: skip
     frame = getattr(checkpoint, "_CheckpointFrame", None)
     if frame is not None and hasattr(frame, "get_inputs"):
         save_inputs, get_inputs = _saved_inputs(frame)
@@ -253,7 +260,6 @@ def install(backing: str | None = None) -> torch.device:
         (torch, "load", _load(torch.load)),
         (torch.nn.Parameter, "__new__", _parameter(torch.nn.Parameter.__new__)),
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
-        (torch.Tensor, "detach", _detach(torch.Tensor.detach)),
         *_recomputations(),
         (torch, "Generator", _Generator),
     ]

@@ -89,6 +89,15 @@ def winner(matching: list[Rule]) -> Rule:
     return next((r for r in ranked if r.code not in beaten), ranked[0])
 
 
+def _beaten_beside(candidates: list[tuple[Site, list[Rule]]]) -> set[tuple[int, int, str]]:
+    """The rules another site of the same text beats (a package a conda install names is both
+    a word and a requirement): (start, end, code)."""
+    beaten: set[tuple[int, int, str]] = set()
+    for site, matching in candidates:
+        beaten |= {(site.start, site.end, code) for rule in matching for code in rule.supersedes}
+    return beaten
+
+
 def _expanded(template: str, site: Site) -> tuple[str, list[str]]:
     """A template with the site's facts in its `$NAME`s, and the names the site lacks."""
     for name, value in sorted(site.facts.items(), key=lambda item: -len(item[0])):
@@ -133,8 +142,10 @@ def match_sites(
     findings: list[Finding] = []
     edits = Edits()
     overridden: list[str] = []
-    for site in sites:
-        matching = [r for r in rules if kind_of(r.match).hit(r.match, site)]
+    candidates = [(site, [r for r in rules if kind_of(r.match).hit(r.match, site)]) for site in sites]
+    beaten = _beaten_beside(candidates)
+    for site, found in candidates:
+        matching = [r for r in found if (site.start, site.end, r.code) not in beaten]
         if not matching:
             continue
         rule = winner(matching)
