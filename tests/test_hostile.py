@@ -400,3 +400,17 @@ def test_a_folder_that_cannot_be_listed_is_reported(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(os, "scandir", scandir)
     found = {Path(f.display).name: f.skipped for f in discover([root])}
     assert found == {"a.py": None, "locked": "cannot read: Permission denied"}
+
+
+def test_a_comment_banner_does_not_make_a_regex_backtrack(tmp_path: Path) -> None:
+    """Issue 20's repro: comment banners of `#`s between `import torch` and a CUDA call made the
+    engine's gap regex backtrack exponentially (78 characters took the whole 120 s per file)."""
+    banner = "#" * 400
+    code = f"import torch\n{banner}\n# Settings\n{banner}\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+    (tmp_path / "settings.py").write_text(code)
+    done = subprocess.run(
+        [sys.executable, "-m", "npu_migrate", "scan", "settings.py", "--no-cache", "-j", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "settings.py:5:" in done.stdout and "NPU" in done.stdout

@@ -37,8 +37,9 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 # What may stand between the tokens of one expression: spaces, line breaks inside brackets,
-# backslash continuations, comments.
-_GAP = r"(?:\s|\\\r?\n|#[^\r\n]*)*"
+# backslash continuations, comments. A comment runs to the end of its line (the lookahead): else
+# a banner of `#`s splits into comments in exponentially many ways before a match fails.
+_GAP = r"(?:\s|\\\r?\n|#[^\r\n]*(?![^\r\n]))*"
 CALLED = _GAP + r"\("  # the name is called
 ASSIGNED = _GAP + r"=(?!=)"  # the name is assigned to
 
