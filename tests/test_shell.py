@@ -67,3 +67,13 @@ def test_a_users_rule_overrides_the_catalogs_in_a_script_and_is_counted(tmp_path
     report = json.loads(result.stdout)
     assert [f["code"] for f in report["findings"]] == ["ACME101"]
     assert report["summary"]["overridden"] == {"NPU751": 1}
+
+
+def test_a_last_line_ending_in_a_backslash_is_read_as_bash_reads_it(tmp_path: Path) -> None:
+    """A launch script whose last line ends in `\\` with no newline (bash -n accepts it) was
+    "not a script bash can parse": a tool error, its CUDA_VISIBLE_DEVICES left."""
+    script = tmp_path / "launch.sh"
+    script.write_bytes(b"export CUDA_VISIBLE_DEVICES=0\npython train.py --lr 1 \\")
+    result = run_cli("apply", script.name, cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert script.read_bytes() == b"export ASCEND_RT_VISIBLE_DEVICES=0\npython train.py --lr 1 \\"

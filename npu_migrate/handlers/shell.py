@@ -54,7 +54,7 @@ def migrate_script(
 ) -> FileResult:
     """A script's result. `view` is what bash parses: the file itself, or (a Dockerfile, a
     Makefile) the file with what is not shell blanked out, byte for byte at the same offsets."""
-    tree = _parser().parse(view)
+    tree = _parser().parse(_without_last_continuation(view))
     if tree.root_node.has_error:
         line = _first_error(tree.root_node).start_point[0] + 1
         return FileResult(error=f"line {line}: not a script bash can parse")
@@ -64,6 +64,15 @@ def migrate_script(
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
     return site_result(matched, data, suppressions)
+
+
+def _without_last_continuation(view: bytes) -> bytes:
+    r"""bash reads a last line that ends in `\` (then nothing, or a line break) as ending there;
+    tree-sitter's grammar refuses it: the backslash is read as a space, so no offset moves."""
+    end = len(view.rstrip(b"\r\n"))
+    if end and view[end - 1 : end] == b"\\" and view[max(0, end - 2) : end] != b"\\\\":
+        return view[: end - 1] + b" " + view[end:]
+    return view
 
 
 def _site(node: Any, data: bytes, kind: str, held: Hold | None = None) -> Site:
