@@ -131,3 +131,18 @@ def test_a_rewritten_dockerfile_still_parses_as_shell(tmp_path: Path) -> None:
     rewritten = dockerfile.read_bytes()
     assert rewritten == b"FROM ubuntu\nRUN export HCCL_SOCKET_IFNAME=eth0 && npu-smi info\n"
     assert subprocess.run(["bash", "-n"], input=dockerfile_view(rewritten), check=False).returncode == 0
+
+
+def test_json_with_comments_is_read_and_its_comments_kept(tmp_path: Path) -> None:
+    """A devcontainer.json is JSON with comments (JSONC, as VS Code and tsconfig read it): it was
+    "not YAML or JSON", a tool error. A `//` inside a string is no comment."""
+    config = tmp_path / ".devcontainer" / "devcontainer.json"
+    config.parent.mkdir()
+    text = (
+        '{\n  // the GPU image\n  "name": "train", /* see https://aka.ms/devcontainer */\n'
+        '  "containerEnv": {"URL": "http://x//y"},\n  "settings": {"device": "cuda"},\n}\n'
+    )
+    config.write_text(text)
+    result = run_cli("apply", "--unsafe", str(config), cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert config.read_text() == text.replace('"device": "cuda"', '"device": "npu"')

@@ -74,8 +74,18 @@ def migrate_config(
 def _as_yaml(json_text: str) -> str:
     """JSON as YAML's reader takes it, character for character: a tab (JSON's indentation) and a
     control character JSON allows in a string but YAML refuses are spaces (such a string is then
-    spelled differently from its value, and held)."""
-    return _NOT_YAML.sub(" ", json_text)
+    spelled differently from its value, and held); the comments of JSON with comments (JSONC:
+    VS Code's devcontainer.json, tsconfig) are spaces too, their line breaks kept."""
+    return _JSONC_COMMENT.sub(_blanked, _NOT_YAML.sub(" ", json_text))
+
+
+# A JSON string (skipped whole, so that `//` in a URL is no comment), or a comment.
+_JSONC_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+
+
+def _blanked(match: re.Match[str]) -> str:
+    text = match.group()
+    return text if text.startswith('"') else re.sub(r"[^\n]", " ", text)
 
 
 def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:
