@@ -4,6 +4,8 @@ of its own (a crash or a hang shows as such), with a timeout."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import resource
 import signal
@@ -414,3 +416,17 @@ def test_a_comment_banner_does_not_make_a_regex_backtrack(tmp_path: Path) -> Non
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "settings.py:5:" in done.stdout and "NPU" in done.stdout
+
+
+def test_a_file_named_like_a_formula_is_text_in_the_change_list(tmp_path: Path) -> None:
+    """The CSV change list is opened in Excel: a file named `=HYPERLINK(...).py` was written as
+    it is, a formula. The JSON list keeps the name exactly."""
+    name = '=HYPERLINK("x").py'
+    root = tree(tmp_path, {name: CUDA})
+    result = cli("apply", ".", "--change-list", tmp_path / "changes.csv", cwd=root)
+    assert result.returncode in (0, 1), result.stderr
+    rows = list(csv.DictReader((tmp_path / "changes.csv").open()))
+    cells = [cell for row in rows for cell in row.values() if cell]
+    assert rows and not any(cell.startswith(("=", "+", "-", "@")) for cell in cells)
+    assert any(row["File"].startswith("'=HYPERLINK") for row in rows)
+    assert any(r.get("File", "").endswith(name) for r in json.loads((tmp_path / "changes.json").read_text()))

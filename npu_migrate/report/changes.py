@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import IO, Any
 
 from npu_migrate.model import FileOutcome, Finding
 from npu_migrate.report.summary import label, message
@@ -77,13 +78,27 @@ def write_change_list(
 ) -> tuple[Path, Path]:
     rows = change_rows(outcomes, not_written)
     buffer = io.StringIO()
-    writer = csv.DictWriter(
-        buffer, fieldnames=CHANGE_LIST_COLUMNS, extrasaction="ignore", lineterminator="\n"
-    )
-    writer.writeheader()
-    writer.writerows(rows)
+    write_csv(buffer, rows)
     csv_path = path.with_suffix(".csv")
     json_path = path.with_suffix(".json")
     write_atomic(csv_path, buffer.getvalue().encode("utf-8"))
     write_atomic(json_path, (json.dumps(rows, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return csv_path, json_path
+
+
+# A cell a spreadsheet would read as a formula (`=HYPERLINK(...)` as a file name or a matched
+# line): written after a quote, as OWASP's CSV-injection guidance says, so it is shown as text.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def write_csv(stream: IO[str], rows: list[dict]) -> None:
+    """The change list's rows as CSV, no cell read as a formula."""
+    writer = csv.DictWriter(
+        stream, fieldnames=CHANGE_LIST_COLUMNS, extrasaction="ignore", lineterminator="\n"
+    )
+    writer.writeheader()
+    writer.writerows({key: _as_text(value) for key, value in row.items()} for row in rows)
+
+
+def _as_text(value: Any) -> Any:
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import csv
-
 from rich.console import Console
 
-from npu_migrate.report.changes import CHANGE_LIST_COLUMNS, change_rows
+from npu_migrate.report.changes import change_rows, write_csv
 from npu_migrate.report.formats import Report
 
 
 def write(console: Console, report: Report) -> None:
-    writer = csv.DictWriter(
-        console.file, fieldnames=CHANGE_LIST_COLUMNS, extrasaction="ignore", lineterminator="\n"
-    )
-    writer.writeheader()
-    writer.writerows(change_rows(report.outcomes))
+    write_csv(console.file, change_rows(report.outcomes))
