@@ -198,6 +198,13 @@ def _cached(cache: ResultCache, key: str) -> FileResult | None:
         return None
 
 
+def workers(jobs: int, files: int) -> int:
+    """How many worker processes a run starts: as asked, but no more than there are files to
+    share, or CPUs to run them (`-j 400` on 2 cores started about 90, each with its own copy of
+    the rules, to no gain)."""
+    return max(1, min(jobs, files, default_jobs()))
+
+
 def _migrate_all(
     files: list[SourceFile],
     source: RuleSource,
@@ -215,7 +222,7 @@ def _migrate_all(
     while todo or suspects:
         alone = bool(suspects)
         batch = deque([suspects.pop()]) if alone else todo
-        width = 1 if alone else max(1, min(jobs, len(batch)))
+        width = 1 if alone else workers(jobs, len(batch))
         crashed = _supervise(files, batch, (rules, silenced), enabled, width, results, advance)
         if alone and crashed:
             results[crashed[0]] = FileResult(error=f"{INTERNAL_ERROR}: the parser crashed on this file")

@@ -430,3 +430,10 @@ def test_a_file_named_like_a_formula_is_text_in_the_change_list(tmp_path: Path) 
     assert rows and not any(cell.startswith(("=", "+", "-", "@")) for cell in cells)
     assert any(row["File"].startswith("'=HYPERLINK") for row in rows)
     assert any(r.get("File", "").endswith(name) for r in json.loads((tmp_path / "changes.json").read_text()))
+
+
+def test_no_more_workers_than_cpus_or_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline, "default_jobs", lambda: 2)
+    assert pipeline.workers(400, 1000) == 2  # `-j 400` on 2 cores
+    assert pipeline.workers(400, 1) == 1
+    assert pipeline.workers(1, 1000) == 1
