@@ -127,6 +127,7 @@ def _run_facts(
     with CUDA (engine.program.run)."""
     from npu_migrate.engine.program.run import (
         Calls,
+        fixed,
         hands_on,
         imported_modules,
         kept_comparisons,
@@ -135,7 +136,8 @@ def _run_facts(
 
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
-    compared = kept_comparisons(python) if any(_fixes(o) for o in python) else {}
+    fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
+    compared = kept_comparisons(python) if fixing else {}
     if not mocking and not compared:
         return outcomes  # (and a warm run loads no rule)
     calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})
@@ -146,7 +148,7 @@ def _run_facts(
             imported = imported_modules(outcome.file.data or b"")
             keepers = {name: calls.keeper(name, imported) for name in mocking[id(outcome)][1]}
             mocks = {name: where for name, where in keepers.items() if where}
-        handed = compared if _fixes(outcome) and hands_on(outcome.file.data or b"", compared) else {}
+        handed = compared if id(outcome) in fixing and hands_on(outcome.file.data or b"", compared) else {}
         if mocks or handed:
             redo[id(outcome)] = replace(
                 outcome.file.module,
@@ -164,11 +166,6 @@ def _run_facts(
         else o
         for o in outcomes
     ]
-
-
-def _fixes(outcome: FileOutcome) -> bool:
-    """Whether the file has a fix the run makes (in a scan: would make)."""
-    return any(f.replacement is not None and f.held is None for f in outcome.result.findings)
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:

@@ -89,9 +89,7 @@ def _detach_keeps_its_device() -> Iterator[None]:
 
     def keeping(self: torch.Tensor) -> torch.Tensor:
         detached = detach(self)
-        device = tensors.index(self)
-        if device is not None and tensors.index(detached) is None:
-            tensors.tag(detached, device)
+        tensors.where_it_came_from(detached, self)
         return detached
 
     setattr(torch.Tensor, "detach", keeping)  # noqa: B010  (as an assignment, mypy refuses a method)
@@ -107,9 +105,7 @@ def _parameter(original: Any) -> Any:
     @functools.wraps(original)
     def new(cls: type, data: torch.Tensor | None = None, requires_grad: bool = True) -> torch.Tensor:
         made = original(cls, data, requires_grad)
-        device = tensors.index(data)
-        if device is not None:
-            tensors.tag(made, device)
+        tensors.where_it_came_from(made, data)
         return made
 
     return new

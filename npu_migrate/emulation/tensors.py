@@ -37,6 +37,14 @@ def tag(value: Any, device: int, keep: frozenset[int] = frozenset()) -> None:
             setattr(tensor, TAG, device)
 
 
+def where_it_came_from(made: torch.Tensor, source: Any) -> None:
+    """A tensor torch made from `source` where no mode saw it (`nn.Parameter(t)`, a detach
+    inside an op) is on the NPU where `source` is."""
+    device = index(source)
+    if device is not None:
+        tag(made, device)
+
+
 def untag(tensor: torch.Tensor) -> None:
     if hasattr(tensor, TAG):
         delattr(tensor, TAG)

@@ -42,7 +42,7 @@ class Calls:
             for finding in outcome.result.findings:
                 if finding.rule.code not in renaming or not _DOTTED.fullmatch(finding.code):
                     continue
-                if finding.held is not None or finding.replacement is None:
+                if not fixed(finding):
                     calls.kept.setdefault(finding.code, {}).setdefault(
                         module, f"{outcome.file.display}:{finding.line}"
                     )
@@ -99,10 +99,9 @@ def hands_on(source: bytes, names: Collection[str]) -> bool:
 
 def _kept_cuda_string(finding: Finding) -> bool:
     """A quoted CUDA device string the run keeps as it is (held, or left for a human)."""
-    kept = finding.held is not None or finding.replacement is None
     code = finding.code
     quoted = len(code) > 2 and code[0] == code[-1] in "'\""
-    return kept and quoted and _CUDA_STRING.match(code[1:-1]) is not None
+    return not fixed(finding) and quoted and _CUDA_STRING.match(code[1:-1]) is not None
 
 
 def _asks_cuda(node: ast.Compare) -> bool:
@@ -120,6 +119,11 @@ def _compared_attribute(node: ast.Compare) -> str | None:
         if isinstance(operand, ast.Attribute):
             return operand.attr
     return None
+
+
+def fixed(finding: Finding) -> bool:
+    """Whether the run makes the finding's fix (in a scan: a default apply would)."""
+    return finding.replacement is not None and finding.held is None
 
 
 def module_name(outcome: FileOutcome) -> str:
@@ -147,7 +151,7 @@ def mocks_renamed(outcome: FileOutcome) -> list[str]:
     return [
         quoted.group("name")
         for f in outcome.result.findings
-        if f.replacement is not None and f.held is None and (quoted := _QUOTED.fullmatch(f.code))
+        if fixed(f) and (quoted := _QUOTED.fullmatch(f.code))
     ]
 
 
