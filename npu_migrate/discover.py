@@ -13,6 +13,7 @@ from stat import S_ISREG
 
 import pathspec
 
+from npu_migrate.git import tracked
 from npu_migrate.model import NO_MODULE, ModulePath, SourceFile
 
 SKIP_DIRS = {
@@ -31,20 +32,31 @@ SKIP_DIRS = {
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
+IGNORED = "matched by .gitignore and not tracked by git"
+
+
 class _Ignores:
     """Git's ignore rules for a walk: `.git/info/exclude` and every `.gitignore` from the
     repository's root down, each applying below its own folder, the deeper ones last (so a
-    nested `!pattern` re-includes what a parent ignored)."""
+    nested `!pattern` re-includes what a parent ignored). As in git, a pattern never hides a file
+    git tracks, nor a folder that holds one: where git answers, it says which files it tracks."""
 
     def __init__(self, top: Path) -> None:
         self._top = top.resolve()
         self._specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+        self._tracked: frozenset[Path] = frozenset()
+        self._holding: frozenset[Path] = frozenset()  # folders with a tracked file below them
         repo = next((p for p in [self._top, *self._top.parents] if (p / ".git").exists()), None)
-        if repo is not None:
-            self._add(repo, repo / ".git" / "info" / "exclude")
-            for folder in reversed(self._top.parents):  # the folders above the walk, root first
-                if folder.is_relative_to(repo):
-                    self._add(folder, folder / ".gitignore")
+        if repo is None:
+            return
+        if (answer := tracked(self._top)) is not None:
+            git_top, names = answer
+            self._tracked = frozenset(git_top.resolve() / name for name in names)
+            self._holding = frozenset(folder for path in self._tracked for folder in path.parents)
+        self._add(repo, repo / ".git" / "info" / "exclude")
+        for folder in reversed(self._top.parents):  # the folders above the walk, root first
+            if folder.is_relative_to(repo):
+                self._add(folder, folder / ".gitignore")
 
     def _add(self, base: Path, file: Path) -> None:
         if file.is_file():
@@ -57,6 +69,8 @@ class _Ignores:
 
     def ignored(self, rel: Path, is_dir: bool) -> bool:
         path = self._top / rel
+        if path in (self._holding if is_dir else self._tracked):
+            return False
         verdict = None
         for base, spec in self._specs:
             if path.is_relative_to(base):
@@ -268,10 +282,22 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
         for folder, dirs, names in os.walk(top, onerror=unreadable):
             rel_here = Path(folder).relative_to(top)
             ignores.enter(rel_here)
-            kept = [d for d in dirs if d not in SKIP_DIRS and not ignores.ignored(rel_here / d, is_dir=True)]
-            dirs[:] = sorted(kept)
+            kept = []
+            for name in sorted(d for d in dirs if d not in SKIP_DIRS):
+                if not ignores.ignored(rel_here / name, is_dir=True):
+                    kept.append(name)
+                else:  # counted as one: what an ignored build or data folder holds is not walked
+                    shown = printable(str(top / (rel_here / name).as_posix())) + "/"
+                    found.append(SourceFile(Path(folder) / name, shown, skipped=f"a folder {IGNORED}"))
+            dirs[:] = kept
             for name in sorted(names):
                 path = Path(folder) / name
-                if _readable(path, True, max_bytes) and not ignores.ignored(rel_here / name, is_dir=False):
+                if not _readable(path, True, max_bytes):
+                    continue
+                if ignores.ignored(rel_here / name, is_dir=False):
+                    found.append(
+                        SourceFile(path, printable(str(top / (rel_here / name).as_posix())), skipped=IGNORED)
+                    )
+                else:
                     add(path, str(top / (rel_here / name).as_posix()), top)
     return found

@@ -5,8 +5,9 @@ the pull request adds."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
+
+from npu_migrate.git import git
 
 _FILE = re.compile(r"^\+\+\+ b/(.*)$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
@@ -14,28 +15,16 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 Changed = dict[Path, set[int] | None]  # resolved path -> changed lines (None: the whole file)
 
 
-class GitError(Exception):
-    """git could not say what changed; the message says why, in a line."""
-
-
-def _git(cwd: Path, *args: str) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise GitError("--diff-from needs git on PATH") from None
-    if done.returncode != 0:
-        raise GitError(f"git {args[0]}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-    return done.stdout
-
-
 def changed_lines(where: Path, rev: str) -> Changed:
     """What changed since `rev` in the repository that holds `where`."""
     folder = where if where.is_dir() else where.parent
-    top = Path(_git(folder, "rev-parse", "--show-toplevel").strip())
-    _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    top = Path(git(folder, "rev-parse", "--show-toplevel").strip())
+    git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     changed: Changed = {}
     current: Path | None = None
-    diff = _git(top, "diff", "--unified=0", "--no-color", "--no-ext-diff", "--no-renames", rev, "--")
+    diff = git(
+        top, "diff", "--unified=0", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", rev, "--"
+    )
     for line in diff.splitlines():
         if (name := _FILE.match(line)) is not None:
             current = (top / name[1]).resolve()
@@ -45,7 +34,7 @@ def changed_lines(where: Path, rev: str) -> Changed:
             lines = changed[current]
             if lines is not None:
                 lines.update(range(start, start + count))
-    for untracked in _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0"):
+    for untracked in git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0"):
         if untracked:
             changed[(top / untracked).resolve()] = None
     return changed

@@ -113,7 +113,8 @@ class FileResult:
     suppressed: int = 0  # findings a suppression comment silenced (neither reported nor fixed)
     unused_suppressions: list[int] = field(default_factory=list)  # lines of comments that silenced nothing
     new_source: bytes | None = None  # None: unchanged
-    error: str | None = None  # set when the file could not be parsed
+    error: str | None = None  # why the file was not read (not parsed, or the tool failed on it)
+    tool_failed: bool = False  # the error is the tool's or a rule's (a fix that breaks code), not the input's
 
     @classmethod
     def undecodable(cls, data: bytes, exc: UnicodeDecodeError) -> FileResult:

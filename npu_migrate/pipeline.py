@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
 MEMORY_SHARE = 3 / 4  # of the machine's memory, for all workers together
 PACKAGE = Path(__file__).resolve().parent
+
+
 INTERNAL_ERROR = "internal error"  # an engine bug: never cached, so a fixed tool looks again
 
 
@@ -107,7 +109,7 @@ def run_rules(
             todo, _migrate_all([files[i] for i in todo], source, enabled, advance, jobs), strict=True
         ):
             results[i] = result
-            if cache is not None and not (result.error or "").startswith(INTERNAL_ERROR):
+            if cache is not None and not result.tool_failed:
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
     outcomes = _run_facts([FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled)
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
@@ -222,7 +224,9 @@ def _migrate_all(
         width = 1 if alone else workers(jobs, len(batch))
         crashed = _supervise(files, batch, (rules, silenced), enabled, width, results, advance)
         if alone and crashed:
-            results[crashed[0]] = FileResult(error=f"{INTERNAL_ERROR}: the parser crashed on this file")
+            results[crashed[0]] = FileResult(
+                error=f"{INTERNAL_ERROR}: the parser crashed on this file", tool_failed=True
+            )
             advance()
         else:
             suspects += crashed
@@ -260,7 +264,9 @@ def _supervise(
             if late:
                 for future, i in late:
                     running.pop(future)
-                    results[i] = FileResult(error=f"{INTERNAL_ERROR}: stopped after {FILE_SECONDS} s")
+                    results[i] = FileResult(
+                        error=f"{INTERNAL_ERROR}: stopped after {FILE_SECONDS} s", tool_failed=True
+                    )
                     advance()
                 batch.extendleft(i for i, _ in running.values())
                 for worker in multiprocessing.active_children():
@@ -298,7 +304,9 @@ def migrate_file(file: SourceFile, index: RuleIndex, enabled: frozenset[Applicab
     try:
         return _on_deep_stack(handler(kind_of(file)), file.data, index, enabled, file.module)
     except Exception as exc:  # an engine bug must not cost the user the other files
-        return FileResult(error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}")
+        return FileResult(
+            error=f"{INTERNAL_ERROR}, file left untouched: {type(exc).__name__}: {exc}", tool_failed=True
+        )
 
 
 # libcst walks trees recursively: a valid 500-branch `elif` chain or a 400-term sum needs more

@@ -54,6 +54,21 @@ def write_atomic(path: Path, data: bytes, read: bytes | None = None) -> str | No
     return None
 
 
+def write_output(path: Path, data: bytes) -> None:
+    """A report, baseline or change list written as a shell redirect writes it: into what is not
+    a regular file (/dev/stdout, a terminal, a FIFO), which is never replaced; through a link, to
+    the file it names; otherwise atomically (see write_atomic)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not S_ISREG(mode):
+        with path.open("wb") as out:
+            out.write(data)
+        return
+    write_atomic(path.resolve() if path.is_symlink() else path, data)
+
+
 def copy_tree(source: Path, destination: Path) -> Path:
     """Copy `source` into a temporary sibling of `destination`; the caller renames it into
     place when done, so an interrupted run never leaves a half-migrated tree at `destination`."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.model import Applicability, SourceFile
-from npu_migrate.pipeline import INTERNAL_ERROR, migrate_file
+from npu_migrate.pipeline import migrate_file
 from npu_migrate.rules.load import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def run(count: int, seed: int, seconds: int) -> list[Failure]:
                 continue
             finally:
                 signal.alarm(0)
-            if (result.error or "").startswith(INTERNAL_ERROR):
+            if result.tool_failed:
                 failures.append(Failure(case, mutation, result.error or ""))
             elif result.new_source is not None and _parses(data) and not _parses(result.new_source):
                 failures.append(Failure(case, mutation, "a rewrite that does not parse"))

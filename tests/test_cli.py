@@ -91,7 +91,7 @@ def test_unparseable_file_is_reported_and_left_alone(tmp_path: Path) -> None:
     broken = "import torch\nx = torch.zeros(2).cuda(\n"
     root = project(tmp_path, {"bad.py": broken, "good.py": CUDA_FILE})
     result = run_cli("apply", root, cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "bad.py: line 2: cannot parse: '(' was never closed (file left untouched)" in result.stdout
     assert (root / "bad.py").read_text() == broken
     assert "torch.npu.synchronize()" in (root / "good.py").read_text()
@@ -121,8 +121,9 @@ def test_symlinks_out_of_tree_binary_and_huge_files_are_skipped(tmp_path: Path) 
 
 
 def test_gitignored_files_are_not_scanned(tmp_path: Path) -> None:
-    root = project(tmp_path, {".gitignore": "generated/\n", "generated/a.py": CUDA_FILE})
-    assert run_cli("scan", root, cwd=tmp_path).returncode == 0
+    root = project(tmp_path, {".gitignore": "generated/\n", "generated/a.py": CUDA_FILE, "b.py": "x = 1\n"})
+    scan = run_cli("scan", root, cwd=tmp_path)
+    assert scan.returncode == 0 and "skipped 0 file(s) and 1 folder(s) matched by .gitignore" in scan.stdout
 
 
 def test_user_rules_extend_the_catalog(tmp_path: Path) -> None:

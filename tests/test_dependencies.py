@@ -149,5 +149,5 @@ def test_a_requirements_file_that_is_not_utf8_is_named_and_left_alone(tmp_path: 
     latin1 = "# d\xe9pendances\ntorch==2.1.0\n".encode("latin-1")
     (tmp_path / "requirements.txt").write_bytes(latin1)
     result = run_cli("apply", ".", "--no-change-list", cwd=tmp_path)
-    assert result.returncode == 2 and "requirements.txt: line 1: cannot decode as utf-8" in result.stdout
+    assert result.returncode == 1 and "requirements.txt: line 1: cannot decode as utf-8" in result.stdout
     assert (tmp_path / "requirements.txt").read_bytes() == latin1

@@ -1,9 +1,10 @@
 """The CI gate through the command line: notes never fail, `--fail-on` chooses what does,
-`--exit-zero` keeps the report without the failure, errors stay exit 2, and the last line says
+`--exit-zero` keeps the report without the failure, tool errors stay exit 2, and the last line says
 what the exit code means."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.fixture_cases import FIXTURES, run_cli
@@ -49,15 +50,28 @@ def test_fail_on_chooses_which_findings_fail(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "'sometimes' is not one of 'work', 'manual', 'error'" in bad.stderr
 
 
-def test_exit_zero_reports_but_passes_and_errors_still_fail(tmp_path: Path) -> None:
+def test_exit_zero_reports_but_passes(tmp_path: Path) -> None:
     root = project(tmp_path, {"cuda.py": CUDA_FILE})
     result = run_cli("scan", root, "--exit-zero", cwd=tmp_path)
     assert result.returncode == 0 and "NPU103" in result.stdout
     assert last_line(result.stderr) == "exit 0 (--exit-zero): 2 finding(s) at or above --fail-on work"
-    (root / "broken.py").write_text("x = torch.cuda.synchronize(\n")
-    broken = run_cli("scan", root, "--exit-zero", cwd=tmp_path)
-    assert broken.returncode == 2
-    assert last_line(broken.stderr) == "exit 2: 1 file(s) could not be parsed (left untouched)"
+
+
+def test_a_file_that_cannot_be_read_fails_like_a_finding_not_as_a_tool_error(tmp_path: Path) -> None:
+    """Exit 2 is the tool's or its options' failure (as in ruff); input it cannot parse is the
+    input's: reported for that file, failing the gate like a finding, passing under --exit-zero."""
+    root = project(tmp_path, {"clean.py": "x = 1\n", "broken.py": "x = torch.cuda.synchronize(\n"})
+    broken = run_cli("scan", root, cwd=tmp_path)
+    assert broken.returncode == 1, broken.stderr
+    assert "not read" in broken.stdout and "broken.py" in broken.stdout
+    assert last_line(broken.stderr) == "exit 1: 0 finding(s) at or above --fail-on work; 1 file(s) not read"
+    assert run_cli("scan", root, "--exit-zero", cwd=tmp_path).returncode == 0
+    sarif = json.loads(run_cli("scan", root, "--format", "sarif", cwd=tmp_path).stdout)
+    invocation = sarif["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is True
+    assert "broken.py: not read" in invocation["toolExecutionNotifications"][0]["message"]["text"]
+    github = run_cli("scan", root, "--format", "github", cwd=tmp_path).stdout
+    assert "broken.py,title=not read::line 1: cannot parse" in github
 
 
 def test_apply_fails_only_on_what_it_leaves_undone(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_a_cell_that_does_not_parse_is_named(tmp_path: Path) -> None:
     cells = [{**cell, "source": "import torch\n"}, {**cell, "source": "x = torch.cuda(\n"}]
     (tmp_path / "bad.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4}, indent=1))
     result = run_cli("scan", "bad.ipynb", cwd=tmp_path)
-    assert result.returncode == 2 and "cell 2 line" in result.stdout
+    assert result.returncode == 1 and "cell 2 line" in result.stdout
 
 
 def test_ci_formats_say_the_cell(tmp_path: Path) -> None:

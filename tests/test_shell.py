@@ -50,7 +50,7 @@ def test_a_script_bash_cannot_parse_is_reported_and_left_alone(tmp_path: Path) -
     script = tmp_path / "broken.sh"
     script.write_text("export CUDA_VISIBLE_DEVICES=0\nif then fi (\n")
     result = run_cli("apply", script, "--no-change-list", cwd=tmp_path)
-    assert result.returncode == 2 and "not a script bash can parse" in result.stdout
+    assert result.returncode == 1 and "not a script bash can parse" in result.stdout
     assert script.read_text() == "export CUDA_VISIBLE_DEVICES=0\nif then fi (\n"
 
 

@@ -83,14 +83,16 @@ def apply(
         if out_dir.resolve().is_relative_to(paths[0].resolve()):
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
+    listed = not dry_run and not no_change_list
+    change_list = change_list or _default_change_list(paths, out_dir)
+    if listed:
+        common.never_over_a_source([change_list.with_suffix(".csv"), change_list.with_suffix(".json")], files)
     outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:
             sys.stdout.write(unified_diff(outcome))
     written = Written()
-    listed = not dry_run and not no_change_list
-    change_list = change_list or _default_change_list(paths, out_dir)
     if listed:  # what can fail early fails before any source is touched
         earlier = change_list.with_suffix(".csv")
         if earlier.exists():
@@ -137,7 +139,7 @@ def apply(
     if check and not failed:
         common.err.print(f"exit {int(bool(changed))}: apply would change {len(changed)} file(s) (--check)")
         raise typer.Exit(1 if changed else 0)
-    common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed)
+    common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed, len(summary.unread))
 
 
 def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
@@ -152,11 +154,14 @@ def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:
-    """The change list's two paths, made sure writable before any source is touched."""
+    """The change list's two paths, made sure writable before any source is touched (what is not a
+    regular file, a FIFO or /dev/null, is written into as it is: opening a FIFO here would wait)."""
     paths = change_list.with_suffix(".csv"), change_list.with_suffix(".json")
     try:
         change_list.parent.mkdir(parents=True, exist_ok=True)
         for path in paths:
+            if path.exists() and not path.is_file() and not path.is_dir():
+                continue
             with path.open("ab"):
                 pass
     except OSError as exc:

@@ -74,9 +74,11 @@ ExitZero = Annotated[
 ]
 
 
-def finish(findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "") -> NoReturn:
+def finish(
+    findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "", unread: int = 0
+) -> NoReturn:
     """End the run with the gate's exit code, and a last line on stderr that says what it means."""
-    code, meaning = verdict(findings, fail_on, exit_zero, failed)
+    code, meaning = verdict(findings, fail_on, exit_zero, failed, unread)
     err.print(meaning, style="dim" if code == 0 else None)
     raise typer.Exit(code)
 
@@ -120,6 +122,14 @@ def find_files(paths: list[Path], max_size: int) -> list[SourceFile]:
     if missing:
         fail(f"no such file or folder: {', '.join(missing)}")
     return discover(paths, max_size)
+
+
+def never_over_a_source(outputs: list[Path | None], files: list[SourceFile]) -> None:
+    """A report, baseline or change list must not replace a file the run reads."""
+    read = {f.path.resolve() for f in files if f.data is not None}
+    for path in outputs:
+        if path is not None and path.exists() and path.resolve() in read:
+            fail(f"{path} is one of the files being read; an output never replaces a source")
 
 
 PROGRESS_SECONDS = 10.0  # how often a piped run (a CI log) says how far it is

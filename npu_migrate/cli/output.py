@@ -12,7 +12,7 @@ from rich.console import Console
 
 from npu_migrate.cli import common
 from npu_migrate.report.formats import FORMATS, Report
-from npu_migrate.write import write_atomic
+from npu_migrate.write import write_output
 
 FormatOption = Annotated[
     list[str] | None,
@@ -57,6 +57,6 @@ def write_reports(chosen: list[tuple[str, Path | None]], report: Report) -> None
         FORMATS[name](Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, width=200), report)
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(file, buffer.getvalue().encode("utf-8"))
+            write_output(file, buffer.getvalue().encode("utf-8"))
         except OSError as exc:
             common.fail(f"cannot write the {name} report {file}: {exc.strerror or exc}")

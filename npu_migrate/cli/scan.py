@@ -14,9 +14,16 @@ import typer
 from npu_migrate import discover
 from npu_migrate.cli import common, output, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
-from npu_migrate.gitdiff import GitError, changed_lines, touches
+from npu_migrate.git import GitError
+from npu_migrate.gitdiff import changed_lines, touches
 from npu_migrate.model import FileOutcome, Finding
-from npu_migrate.report.baseline import BaselineError, new_findings, read_baseline, write_baseline
+from npu_migrate.report.baseline import (
+    BaselineError,
+    check_replaceable,
+    new_findings,
+    read_baseline,
+    write_baseline,
+)
 from npu_migrate.report.formats import Report
 from npu_migrate.report.gate import tool_failure
 from npu_migrate.report.summary import Summary
@@ -65,6 +72,11 @@ def scan(
     chosen = output.destinations(format, output_file)
     if update_baseline and baseline is None:
         common.fail("--update-baseline needs --baseline FILE")
+    if update_baseline and baseline is not None:
+        try:
+            check_replaceable(baseline)
+        except BaselineError as exc:
+            common.fail(str(exc))
     from_stdin = paths == [Path("-")]
     if from_stdin and add_ignore:
         common.fail("--add-ignore writes files; it cannot suppress findings in what stdin gave")
@@ -75,6 +87,7 @@ def scan(
         files = [discover.from_stdin(stdin_filename or "<stdin>", sys.stdin.buffer.read())]
     else:
         files = common.find_files(common.existing(paths), max_size)
+    common.never_over_a_source([file for _, file in chosen] + ([baseline] if update_baseline else []), files)
     outcomes = selection.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
     if update_baseline and baseline is not None:
         recorded = write_baseline(baseline, outcomes)
@@ -106,7 +119,7 @@ def scan(
         for finding_at in added.unplaced:
             common.err.print(f"[yellow]not suppressed[/] {finding_at}")
         findings = [f for f in findings if id(f) not in added.suppressed]
-    common.finish(findings, gate, exit_zero, tool_failure(summary))
+    common.finish(findings, gate, exit_zero, tool_failure(summary), len(summary.unread))
 
 
 def _only(

@@ -196,7 +196,8 @@ def migrate_whole(
         if broken is not None:
             fixes = sorted({m.candidate.rule.code for m in matches if m.applied})
             return FileResult(
-                error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken})"
+                error=f"the fixes of {', '.join(fixes)} would leave code that does not parse ({broken})",
+                tool_failed=True,
             )
         result.new_source = new_source if new_source != source else None
     result.findings = sorted((m.at(spans) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))

@@ -62,7 +62,9 @@ def migrate_script(
     sites = [*_sites(tree.root_node, view), *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
-        return FileResult(error=f"the fixes would leave a script bash -n refuses: {refused}")
+        return FileResult(
+            error=f"the fixes would leave a script bash -n refuses: {refused}", tool_failed=True
+        )
     return site_result(matched, data, suppressions)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from npu_migrate.model import FileOutcome
 from npu_migrate.report.fingerprint import fingerprints
-from npu_migrate.write import write_atomic
+from npu_migrate.write import write_output
 
 VERSION = 1
 
@@ -31,6 +31,16 @@ def read_baseline(path: Path) -> Counter[str]:
     return Counter(str(f.get("fingerprint")) for f in findings if isinstance(f, dict))
 
 
+def check_replaceable(path: Path) -> None:
+    """A file already at `path` may be replaced only when it is a baseline: a mistyped
+    `--baseline src/train.py --update-baseline` must not turn a source into JSON."""
+    if path.is_file() and path.stat().st_size:
+        try:
+            read_baseline(path)
+        except BaselineError:
+            raise BaselineError(f"{path} exists and is not an npu-migrate baseline; not replaced") from None
+
+
 def write_baseline(path: Path, outcomes: list[FileOutcome]) -> int:
     prints = fingerprints(outcomes)
     findings = [
@@ -38,7 +48,7 @@ def write_baseline(path: Path, outcomes: list[FileOutcome]) -> int:
         for o in outcomes
         for f in o.result.findings
     ]
-    write_atomic(path, (json.dumps({"version": VERSION, "findings": findings}, indent=1) + "\n").encode())
+    write_output(path, (json.dumps({"version": VERSION, "findings": findings}, indent=1) + "\n").encode())
     return len(findings)
 
 

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from npu_migrate.model import FileOutcome, Finding
 from npu_migrate.report.summary import label, message
-from npu_migrate.write import write_atomic
+from npu_migrate.write import write_output
 
 CHANGE_LIST_COLUMNS = ["File", "Start Line", "End Line", "Operation Type", "Message"]
 
@@ -81,8 +81,8 @@ def write_change_list(
     write_csv(buffer, rows)
     csv_path = path.with_suffix(".csv")
     json_path = path.with_suffix(".json")
-    write_atomic(csv_path, buffer.getvalue().encode("utf-8"))
-    write_atomic(json_path, (json.dumps(rows, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_output(csv_path, buffer.getvalue().encode("utf-8"))
+    write_output(json_path, (json.dumps(rows, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return csv_path, json_path
 
 

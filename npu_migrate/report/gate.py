@@ -28,26 +28,30 @@ class FailOn(str, Enum):
         return True
 
 
-def verdict(findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "") -> tuple[int, str]:
-    """The exit code and its meaning, in a line: `failed` names a tool or input error (exit 2)."""
+def verdict(
+    findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "", unread: int = 0
+) -> tuple[int, str]:
+    """The exit code and its meaning, in a line: `failed` names a tool or option error (exit 2);
+    a file the tool could not read (`unread`) fails like a finding: what it holds is unknown."""
     if failed:
         return EXIT_ERROR, f"exit 2: {failed}"
     failing = sum(fail_on.fails(f) for f in findings)
     notes = sum(label(f) == "note" for f in findings)
     noted = f"; {notes} note(s), which never fail" if notes else ""
-    if not failing:
+    not_read = f"; {unread} file(s) not read" if unread else ""
+    if not failing and not unread:
         return EXIT_PASS, f"exit 0: nothing at or above --fail-on {fail_on.value}{noted}"
-    what = f"{failing} finding(s) at or above --fail-on {fail_on.value}{noted}"
+    what = f"{failing} finding(s) at or above --fail-on {fail_on.value}{not_read}{noted}"
     if exit_zero:
         return EXIT_PASS, f"exit 0 (--exit-zero): {what}"
     return EXIT_FINDINGS, f"exit 1: {what}"
 
 
 def tool_failure(summary: Summary) -> str:
-    """Why a run checked less than it was asked to, or nothing: files that could not be parsed, or
-    every file skipped."""
+    """Why a run checked less than it was asked to, or nothing: files the tool failed on, or every
+    file skipped."""
     if summary.errors:
-        return f"{len(summary.errors)} file(s) could not be parsed (left untouched)"
+        return f"{len(summary.errors)} file(s) the tool failed on (left untouched)"
     if summary.nothing_read:
         return "nothing was read: every file was skipped"
     return ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from npu_migrate.discover import kind_of
+from npu_migrate.discover import IGNORED, kind_of
 from npu_migrate.engine.reasons import DUAL_PATH
 from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
@@ -18,6 +18,11 @@ def message(finding: Finding) -> str:
 
 def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:
     return dict(Counter(kind_of(o.file) for o in outcomes for _ in o.result.findings))
+
+
+def _hidden(outcome: FileOutcome) -> bool:
+    """A file or folder .gitignore hid: counted, not listed."""
+    return (outcome.file.skipped or "").endswith(IGNORED)
 
 
 def location(finding: Finding) -> str:
@@ -46,8 +51,10 @@ class Summary:
     opt_in: int  # findings an --unsafe apply migrates as well
     notes: int  # report-only findings of severity info: nothing to do, worth knowing
     manual_by_file: list[tuple[str, int]]
-    skipped: list[tuple[str, str]]
-    errors: list[tuple[str, str]]
+    skipped: list[tuple[str, str]]  # files not read, and why (but those .gitignore hides)
+    ignored: Counter[str]  # "file"/"folder" -> how many .gitignore hid (and git does not track)
+    errors: list[tuple[str, str]]  # files the tool failed on (an engine bug, a stalled worker)
+    unread: list[tuple[str, str]]  # files whose input it could not read (not parsed), and why
     overridden: dict[str, int]  # catalog rule code -> findings a user rule replaced
     by_file_kind: dict[str, int]  # kind of file (python, notebook) -> findings
     suppressed: int  # findings silenced by suppression comments
@@ -58,7 +65,7 @@ class Summary:
     @property
     def nothing_read(self) -> bool:
         """Files were named or found, and every one was skipped: the run checked nothing."""
-        return bool(self.files) and len(self.skipped) == self.files
+        return bool(self.files or self.ignored) and len(self.skipped) == self.files
 
     @property
     def manual(self) -> int:
@@ -70,6 +77,8 @@ class Summary:
 
     @classmethod
     def of(cls, outcomes: list[FileOutcome]) -> Summary:
+        hidden = [o for o in outcomes if _hidden(o)]
+        outcomes = [o for o in outcomes if not _hidden(o)]
         by_category: dict[str, Counter[str]] = {}
         manual: Counter[str] = Counter()
         overridden: Counter[str] = Counter()
@@ -99,7 +108,15 @@ class Summary:
             notes=notes,
             manual_by_file=manual.most_common(10),
             skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
-            errors=[(o.file.display, o.result.error) for o in outcomes if o.result.error],
+            ignored=Counter("folder" if o.file.display.endswith("/") else "file" for o in hidden),
+            errors=[
+                (o.file.display, o.result.error) for o in outcomes if o.result.error and o.result.tool_failed
+            ],
+            unread=[
+                (o.file.display, o.result.error)
+                for o in outcomes
+                if o.result.error and not o.result.tool_failed
+            ],
             overridden=dict(sorted(overridden.items())),
             by_file_kind=_by_file_kind(outcomes),
             suppressed=sum(o.result.suppressed for o in outcomes),
@@ -127,7 +144,9 @@ class Summary:
             "by_category": {k: dict(v) for k, v in self.by_category.items()},
             "most_manual_work": [{"file": f, "manual": n} for f, n in self.manual_by_file],
             "skipped": [{"file": f, "reason": r} for f, r in self.skipped],
+            "ignored_by_gitignore": {"files": self.ignored["file"], "folders": self.ignored["folder"]},
             "errors": [{"file": f, "error": e} for f, e in self.errors],
+            "not_read": [{"file": f, "reason": r} for f, r in self.unread],
             "overridden": self.overridden,
             "by_file_kind": self.by_file_kind,
             "suppressed": self.suppressed,

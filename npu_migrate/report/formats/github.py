@@ -28,3 +28,5 @@ def write(console: Console, report: Report) -> None:
             cell = f" cell {f.cell} line {f.line}" if f.cell else ""
             title = _property(f"{f.rule.code} [{label(f)}]{cell}")
             console.file.write(f"::{COMMAND[f.rule.severity]} {where},title={title}::{_data(message(f))}\n")
+    for display, why in report.summary.unread + report.summary.errors:
+        console.file.write(f"::error file={_property(display)},title=not read::{_data(why)}\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from rich.console import Console
@@ -34,5 +35,14 @@ def write(console: Console, report: Report) -> None:
         }
         for o in report.outcomes
         for f in o.result.findings
+    ] + [
+        {
+            "description": f"not read: {why}",
+            "check_name": "not-read",
+            "fingerprint": hashlib.sha256(f"not-read\0{display}".encode()).hexdigest(),
+            "severity": "critical",
+            "location": {"path": display, "lines": {"begin": 1, "end": 1}},
+        }
+        for display, why in report.summary.unread + report.summary.errors
     ]
     console.file.write(json.dumps(issues, indent=2, ensure_ascii=False) + "\n")

@@ -47,6 +47,13 @@ def write(console: Console, report: Report) -> None:
                         "toolExecutionNotifications": [
                             {"level": "error", "message": {"text": f"{name}: {error} (file left untouched)"}}
                             for name, error in report.summary.errors
+                        ]
+                        + [
+                            {
+                                "level": "error",
+                                "message": {"text": f"{name}: not read: {why} (file left untouched)"},
+                            }
+                            for name, why in report.summary.unread
                         ],
                     }
                 ],

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from npu_migrate.discover import printable
+from npu_migrate.discover import IGNORED, printable
 from npu_migrate.model import Finding
 from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import Summary, all_findings, label, location, message
@@ -31,11 +31,16 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
 
 
 def print_problems(console: Console, summary: Summary) -> None:
-    """Files that could not be parsed, and files skipped on purpose."""
+    """Files the tool failed on, files it could not read, and files skipped on purpose."""
     for display, error in summary.errors:
         console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
+    for display, why in summary.unread:
+        console.print(f"[red]not read[/] {display}: {escape(why)} (file left untouched)")
     for display, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {display}: {reason}")
+    if summary.ignored:
+        files, folders = summary.ignored["file"], summary.ignored["folder"]
+        console.print(f"[yellow]skipped[/] {files} file(s) and {folders} folder(s) {IGNORED}")
     for display, line in summary.unused_suppressions:
         console.print(f"[yellow]unused suppression[/] {display}:{line}: it suppresses nothing; remove it")
 
@@ -43,8 +48,8 @@ def print_problems(console: Console, summary: Summary) -> None:
 def print_summary(console: Console, summary: Summary) -> None:
     print_problems(console, summary)
     if not summary.findings:
-        read = summary.files - len(summary.skipped) - len(summary.errors)
-        if summary.files and not read:
+        read = summary.files - len(summary.skipped) - len(summary.errors) - len(summary.unread)
+        if summary.nothing_read:
             console.print(f"Nothing was read: all {summary.files} file(s) were skipped.")
         else:
             console.print(f"No CUDA-specific code found in {read} file(s) read.")
