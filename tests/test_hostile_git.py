@@ -62,3 +62,20 @@ def test_a_folder_gitignore_hides_whole_is_nothing_read_not_a_pass(tmp_path: Pat
     (root / "out" / "gen.py").write_text(CUDA)
     scan = cli("scan", root / "out", cwd=tmp_path)
     assert scan.returncode == 2 and "nothing was read" in scan.stderr
+
+
+def test_diff_from_runs_nothing_the_repository_configures(tmp_path: Path) -> None:
+    """A repository's .git/config may name programs git runs to diff: a textconv driver, a clean
+    filter, an fsmonitor hook. Asking what changed must run none of them."""
+    root = repository(tmp_path, {"model.py": "import torch\n", ".gitattributes": "*.py diff=conv filter=clean\n"})
+    marker = tmp_path / "ran"
+    program = tmp_path / "evil.sh"
+    program.write_text(f"#!/bin/sh\necho $0 >> {marker}\ncat\n")
+    program.chmod(0o755)
+    for key in ("diff.conv.textconv", "filter.clean.clean", "filter.clean.smudge", "core.fsmonitor"):
+        git(root, "config", key, str(program))
+    (root / "model.py").write_text("import torch\nx.cuda()\n")
+    scan = cli("scan", root, "--diff-from", "HEAD", "--format", "json", cwd=tmp_path)
+    assert scan.returncode == 1, scan.stderr
+    assert [f["line"] for f in json.loads(scan.stdout)["findings"]] == [2]
+    assert not marker.exists(), marker.read_text()
