@@ -5,6 +5,7 @@ where: cli/selection.py."""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,14 +96,28 @@ def load_config(explicit: Path | None, start: Path) -> Config:
         raise ConfigError(f"{path}: [tool.npu-migrate] {where}: {first['msg']}") from None
 
 
-def _table(path: Path) -> dict | None:
-    """The [tool.npu-migrate] table of a pyproject.toml, or a file of its own (npu-migrate.toml)."""
+_OURS = re.compile(r"^\s*\[\s*tool\s*\.\s*[\"']?npu-migrate\b", re.MULTILINE)
+
+
+def _table(path: Path, explicit: bool = True) -> dict | None:
+    """The [tool.npu-migrate] table of a pyproject.toml, or a file of its own (npu-migrate.toml).
+    A pyproject.toml found on the way up that does not parse is a vendored package's unless it
+    names our table: it configures nothing (its own handler reports it as not read)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no such config file: {path}") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        if not explicit:
+            return None
         raise ConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        if not explicit and not _OURS.search(text):
+            return None
+        why = exc if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deeply"
+        raise ConfigError(f"cannot read {path}: {why}") from None
     if path.name != "pyproject.toml":
         return data
     table = data.get("tool", {}).get("npu-migrate")
@@ -114,7 +129,7 @@ def _nearest(start: Path) -> Path | None:
     folder = folder if folder.is_dir() else folder.parent
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and _table(pyproject) is not None:
+        if pyproject.is_file() and _table(pyproject, explicit=False) is not None:
             return pyproject
     return None
 

@@ -67,7 +67,9 @@ def test_a_folder_gitignore_hides_whole_is_nothing_read_not_a_pass(tmp_path: Pat
 def test_diff_from_runs_nothing_the_repository_configures(tmp_path: Path) -> None:
     """A repository's .git/config may name programs git runs to diff: a textconv driver, a clean
     filter, an fsmonitor hook. Asking what changed must run none of them."""
-    root = repository(tmp_path, {"model.py": "import torch\n", ".gitattributes": "*.py diff=conv filter=clean\n"})
+    root = repository(
+        tmp_path, {"model.py": "import torch\n", ".gitattributes": "*.py diff=conv filter=clean\n"}
+    )
     marker = tmp_path / "ran"
     program = tmp_path / "evil.sh"
     program.write_text(f"#!/bin/sh\necho $0 >> {marker}\ncat\n")

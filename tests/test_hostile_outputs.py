@@ -57,7 +57,10 @@ def test_a_baseline_never_replaces_a_file_that_is_not_one(tmp_path: Path) -> Non
     outside = tmp_path / "todo.txt"
     outside.write_text("my notes\n")
     run = cli("scan", root, "--baseline", outside, "--update-baseline", cwd=tmp_path)
-    assert run.returncode == 2 and "todo.txt exists and is not an npu-migrate baseline; not replaced" in run.stderr
+    assert (
+        run.returncode == 2
+        and "todo.txt exists and is not an npu-migrate baseline; not replaced" in run.stderr
+    )
     assert outside.read_text() == "my notes\n"
     baseline = tmp_path / "baseline.json"
     assert cli("scan", root, "--baseline", baseline, "--update-baseline", cwd=tmp_path).returncode == 0

@@ -64,10 +64,13 @@ def migrate_config(
         return FileResult()
     try:
         root = compose(_as_yaml(text) if text.lstrip().startswith(("{", "[")) else text)
+        sites = list(_sites(text, root))
     except yaml.YAMLError as exc:
         return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")
+    except RecursionError:
+        return FileResult(error="nested too deeply to parse")
     suppressions = Suppressions.in_lines(data)  # YAML's comments (JSON has none)
-    matched = match_sites(data, _sites(text, root), index, enabled, {"config"}, suppressions=suppressions)
+    matched = match_sites(data, sites, index, enabled, {"config"}, suppressions=suppressions)
     return site_result(matched, data, suppressions)
 
 
@@ -88,12 +91,17 @@ def _blanked(match: re.Match[str]) -> str:
     return text if text.startswith('"') else re.sub(r"[^\n]", " ", text)
 
 
-def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:
+def _sites(text: str, node: yaml.Node | None, seen: set[int] | None = None) -> Iterator[Site]:
     """Each key of each mapping, and the value it holds: a scalar's text, or a list of scalars as
-    it is written (`[0, 1]`)."""
+    it is written (`[0, 1]`). A node an alias names again is the anchor's, where it is written:
+    visited once (a tree of aliases would otherwise be visited once per path to each node)."""
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            yield from _sites(text, item)
+            yield from _sites(text, item, seen)
     if not isinstance(node, yaml.MappingNode):
         return
     for key, value in node.value:
@@ -110,7 +118,7 @@ def _sites(text: str, node: yaml.Node | None) -> Iterator[Site]:
                 else text[value.start_mark.index : value.end_mark.index]
             )
             yield Site("value", place.start, place.end, shown, facts, held=place.held)
-        yield from _sites(text, value)
+        yield from _sites(text, value, seen)
 
 
 def _scalars(node: yaml.Node) -> bool:

@@ -75,6 +75,8 @@ def migrate_pyproject(
         return FileResult.undecodable(data, exc)
     except tomllib.TOMLDecodeError as exc:
         return FileResult(error=f"not TOML: {exc}")
+    except RecursionError:
+        return FileResult(error="nested too deeply to parse")
     return _migrate(data, _located(data, _pyproject_strings(document)), index, enabled, NOT_LINES)
 
 
@@ -218,28 +220,42 @@ def _requirements_lines(data: bytes) -> Iterator[Found]:
 
 def _pyproject_strings(document: dict) -> Iterator[tuple[str, str]]:
     """(kind, text) of what pyproject.toml requires: PEP 621 and dependency groups, the build
-    system, Poetry's dependency tables, and the indexes uv, Poetry and PDM install from."""
-    project = document.get("project", {})
-    yield from (("requirement", r) for r in project.get("dependencies", []))
-    for group in project.get("optional-dependencies", {}).values():
-        yield from (("requirement", r) for r in group)
-    for group in document.get("dependency-groups", {}).values():
-        yield from (("requirement", r) for r in group if isinstance(r, str))
-    yield from (("requirement", r) for r in document.get("build-system", {}).get("requires", []))
-    tool = document.get("tool", {})
-    poetry = tool.get("poetry", {})
-    groups = poetry.get("group", {}).values()
-    tables = [poetry.get("dependencies", {}), *(g.get("dependencies", {}) for g in groups)]
+    system, Poetry's dependency tables, and the indexes uv, Poetry and PDM install from. A value
+    of another type than the spec's (a number where a list goes) holds nothing to read."""
+    project = _mapping(document, "project")
+    yield from (("requirement", r) for r in _texts(project.get("dependencies")))
+    for group in _mapping(project, "optional-dependencies").values():
+        yield from (("requirement", r) for r in _texts(group))
+    for group in _mapping(document, "dependency-groups").values():
+        yield from (("requirement", r) for r in _texts(group))
+    yield from (("requirement", r) for r in _texts(_mapping(document, "build-system").get("requires")))
+    tool = _mapping(document, "tool")
+    poetry = _mapping(tool, "poetry")
+    groups = [g for g in _mapping(poetry, "group").values() if isinstance(g, dict)]
+    tables = [_mapping(poetry, "dependencies"), *(_mapping(g, "dependencies") for g in groups)]
     for table in tables:
         yield from (("poetry", name) for name in table if name != "python")
     sources = [
-        *tool.get("uv", {}).get("index", []),
-        *poetry.get("source", []),
-        *tool.get("pdm", {}).get("source", []),
+        *_list(_mapping(tool, "uv").get("index")),
+        *_list(poetry.get("source")),
+        *_list(_mapping(tool, "pdm").get("source")),
     ]
     for source in sources:
         if isinstance(source, dict) and isinstance(source.get("url"), str):
             yield "index", source["url"]
+
+
+def _mapping(table: dict, key: str) -> dict:
+    value = table.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _texts(value: object) -> list[str]:
+    return [item for item in _list(value) if isinstance(item, str)]
 
 
 def _located(data: bytes, wanted: Iterator[tuple[str, str]]) -> list[Found]:

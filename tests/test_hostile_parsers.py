@@ -1,0 +1,93 @@
+"""Hostile input to the non-Python handlers: one file a parser chokes on is reported for that
+file ("not read: why") and the run goes on; nothing takes time out of proportion to its size."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .test_cli import project as tree
+from .test_hostile import CUDA, MIGRATED, cli, no_traceback
+
+
+def report(run_args: tuple, cwd: Path) -> tuple[int, dict]:
+    run = cli("scan", *run_args, "--format", "json", "--no-cache", cwd=cwd)
+    no_traceback(run)
+    return run.returncode, json.loads(run.stdout)
+
+
+def test_a_vendored_pyproject_that_does_not_parse_stops_nothing(tmp_path: Path) -> None:
+    """A vendored package's invalid or duplicate-key pyproject.toml is that file's problem: it is
+    not ours (it names no [tool.npu-migrate]), so it configures nothing, and the rest is read."""
+    root = tree(
+        tmp_path,
+        {
+            "train.py": CUDA,
+            "third_party/a/pyproject.toml": "[project\nname = 'a'\n",
+            "third_party/a/x.py": CUDA,
+            "third_party/b/pyproject.toml": "[project]\nname = 'b'\nname = 'c'\n",
+            "third_party/b/y.py": CUDA,
+        },
+    )
+    code, data = report((root,), tmp_path)
+    assert code == 1
+    assert (
+        sorted(Path(f["file"]).name for f in data["findings"])
+        == ["train.py"] * 2 + ["x.py"] * 2 + ["y.py"] * 2
+    )
+    assert sorted(Path(u["file"]).parent.name for u in data["summary"]["not_read"]) == ["a", "b"]
+    applied = cli("apply", root, "--no-change-list", cwd=tmp_path)
+    assert applied.returncode == 1 and (root / "third_party" / "a" / "x.py").read_text() == MIGRATED
+
+
+def test_our_own_table_in_a_broken_pyproject_is_still_an_error(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"pyproject.toml": "[tool.npu-migrate]\nselect = [\n", "train.py": CUDA})
+    run = cli("scan", root, cwd=tmp_path)
+    assert run.returncode == 2 and "cannot read" in run.stderr and "pyproject.toml" in run.stderr
+
+
+def test_a_deep_toml_array_is_read_or_not_read_and_the_run_goes_on(tmp_path: Path) -> None:
+    """5,000 levels: TOML's parser reads it (a list where strings go holds no requirement);
+    200,000: it cannot, and says so for that file."""
+    for depth, unread in ((5000, []), (200000, ["nested too deeply to parse"])):
+        deep = "[project]\nname = 'x'\ndependencies = " + "[" * depth + "]" * depth + "\n"
+        root = tree(tmp_path / str(depth), {"pyproject.toml": deep, "train.py": CUDA})
+        code, data = report((root,), tmp_path)
+        assert code == 1 and len(data["findings"]) == 2 and not data["summary"]["errors"]
+        assert [u["reason"] for u in data["summary"]["not_read"]] == unread
+
+
+def test_values_of_the_wrong_type_in_a_pyproject_hold_nothing_to_read(tmp_path: Path) -> None:
+    odd = "[project]\nname = 'x'\ndependencies = 5\noptional-dependencies = [1]\n[tool]\npoetry = 'no'\n"
+    root = tree(tmp_path, {"pyproject.toml": odd, "requirements.txt": "torch==2.1.0\n"})
+    code, data = report((root,), tmp_path)
+    assert code == 1, "the requirements file still needs its torch_npu pin"
+    assert not data["summary"]["errors"] and not data["summary"]["not_read"]
+
+
+def test_a_yaml_alias_tree_takes_the_time_its_size_does(tmp_path: Path) -> None:
+    """A few hundred bytes of aliases (each level names the one before ten times) describe 10**9
+    paths; each node is visited once, where its anchor is written."""
+    lines = ["a0: &a0 {device: cuda, gpu_ids: [0, 1]}"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    root = tree(tmp_path, {"config.yaml": "\n".join(lines) + "\n", "train.py": CUDA})
+    start = time.monotonic()
+    code, data = report((root,), tmp_path)
+    assert time.monotonic() - start < 20
+    assert code == 1 and not data["summary"]["errors"]
+    assert {Path(f["file"]).name for f in data["findings"]} >= {"train.py"}
+
+
+def test_deep_json_and_yaml_are_not_read_and_the_run_goes_on(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "deep.json": '{"device": "cuda", "x": ' + "[" * 100000 + "]" * 100000 + "}\n",
+            "deep.yaml": "device: cuda\nx: " + "[" * 100000 + "]" * 100000 + "\n",
+            "train.py": CUDA,
+        },
+    )
+    code, data = report((root,), tmp_path)
+    assert code == 1 and not data["summary"]["errors"]
+    assert len([f for f in data["findings"] if f["file"].endswith("train.py")]) == 2
