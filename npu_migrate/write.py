@@ -79,6 +79,15 @@ def copy_tree(source: Path, destination: Path) -> Path:
     try:
         shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
         _retarget_links(source, staging)
+    except shutil.Error as exc:  # every file copytree could not copy: the first is named
+        shutil.rmtree(staging, ignore_errors=True)
+        first, _, why = exc.args[0][0]
+        raise RefusedWrite(f"cannot copy {first}: {why}") from None
+    except OSError as exc:  # named by the original's path, not the staging folder's
+        shutil.rmtree(staging, ignore_errors=True)
+        name = Path(exc.filename) if exc.filename else None
+        named = source / name.relative_to(staging) if name and name.is_relative_to(staging) else name
+        raise RefusedWrite(f"cannot copy {named or source}: {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

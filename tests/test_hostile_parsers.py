@@ -3,7 +3,9 @@ file ("not read: why") and the run goes on; nothing takes time out of proportion
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -91,3 +93,56 @@ def test_deep_json_and_yaml_are_not_read_and_the_run_goes_on(tmp_path: Path) -> 
     code, data = report((root,), tmp_path)
     assert code == 1 and not data["summary"]["errors"]
     assert len([f for f in data["findings"] if f["file"].endswith("train.py")]) == 2
+
+
+def test_malformed_notebooks_and_python_python_refuses_are_not_read_not_internal_errors(
+    tmp_path: Path,
+) -> None:
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    notebooks = {
+        "ints.ipynb": {"cells": [{**cell, "source": ["import torch\n", 7]}], "metadata": {}, "nbformat": 4},
+        "cells.ipynb": {"cells": 3, "nbformat": 4},
+        "list.ipynb": [1, 2],
+        "cell.ipynb": {"cells": ["x.cuda()"], "nbformat": 4},
+    }
+    files = {name: json.dumps(value) for name, value in notebooks.items()}
+    files["deep.ipynb"] = '{"cells": ' + "[" * 100000 + "]" * 100000 + "}"
+    files["bogus.py"] = 'import torch\nx = "\\N{BOGUS}"\ny.cuda()\n'  # libcst reads it, Python does not
+    root = tree(tmp_path, {**files, "train.py": CUDA})
+    code, data = report((root,), tmp_path)
+    assert code == 1 and not data["summary"]["errors"]
+    unread = {Path(u["file"]).name: u["reason"] for u in data["summary"]["not_read"]}
+    assert sorted(unread) == sorted(files)
+    assert unread["bogus.py"].startswith("line 2: cannot parse: (unicode error)")
+    assert unread["deep.ipynb"] == "not a notebook: nested too deeply to parse"
+    assert unread["ints.ipynb"] == "not a notebook: cell 1: its source is neither text nor a list of lines"
+
+
+def _deeper_than_path_max(top: Path) -> None:
+    """Folders whose full path is longer than PATH_MAX (4096), made relative to each other."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(60):
+            os.mkdir("x" * 80, dir_fd=fd)
+            inner = os.open("x" * 80, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with os.fdopen(os.open("deep.py", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as out:
+            out.write(CUDA)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def test_a_folder_deeper_than_path_max_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"train.py": CUDA})
+    (root / "deep").mkdir()
+    _deeper_than_path_max(root / "deep")
+    code, data = report((root,), tmp_path)
+    assert code == 1 and len(data["findings"]) == 2
+    assert [s["reason"] for s in data["summary"]["skipped"]] == ["cannot read: File name too long"]
+    copy = cli("apply", root, "--out", tmp_path / "copy", "--no-change-list", cwd=tmp_path)
+    no_traceback(copy)
+    assert copy.returncode == 2 and f"cannot copy {root / 'deep'}" in copy.stderr.replace("\n", "")
+    assert ".partial" not in copy.stderr and not (tmp_path / "copy").exists()
+    assert (root / "train.py").read_text() == CUDA

@@ -104,9 +104,7 @@ def apply(
         except RefusedWrite as exc:
             common.fail(f"nothing written to {out_dir}: {exc}")
         except OSError as exc:
-            common.fail(
-                f"nothing written to {out_dir}: cannot copy {exc.filename or ''}: {exc.strerror or exc}"
-            )
+            common.fail(f"nothing written to {out_dir}: {exc.strerror or exc}")
         outcomes = as_written(outcomes, written, paths[0] if out_dir else None, out_dir)
         try:
             if listed:

@@ -15,7 +15,7 @@ import sys
 import tokenize
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.metadata import CodeRange
@@ -147,9 +147,9 @@ def migrate_whole(
     """Parse the whole file, match, fix and edit its imports. `checked`: the stdlib parser read
     this file already (so it is not nested too deeply for libcst); `words`: its words, where
     the caller has them."""
-    too_deep = None if checked else _too_deep(source)
-    if too_deep:
-        return FileResult(error=too_deep)
+    refused = None if checked else _stdlib_refuses(source)
+    if refused and refused.fatal:
+        return FileResult(error=refused.why)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -158,6 +158,8 @@ def migrate_whole(
         return FileResult.undecodable(source, exc)
     except (LookupError, SyntaxError) as exc:
         return FileResult(error=f"cannot decode: {exc}")
+    if refused:  # libcst reads more than Python compiles (`"\N{BOGUS}"`): the file does not run
+        return FileResult(error=refused.why)
     table = ImportTable.of(module, where)
     words = word_counts(source.decode("latin-1")) if words is None else words
     suppressions = Suppressions.of(source) if MARKER in source else None
@@ -311,15 +313,24 @@ def stdlib_parse(source: str | bytes) -> ast.Module:
 _NESTING_LIMIT = 2000
 
 
-def _too_deep(source: bytes) -> str | None:
-    """Why libcst must not parse this file (see stdlib_parse), or None."""
+@dataclass(frozen=True)
+class _Refusal:
+    why: str
+    fatal: bool  # libcst must not parse the file at all (it would crash or stall on it)
+
+
+def _stdlib_refuses(source: bytes) -> _Refusal | None:
+    """Why Python's own parser refuses this file (see stdlib_parse), or None. A file nested too
+    deeply must not reach libcst; another syntax error is libcst's to describe, where it sees it."""
     try:
         stdlib_parse(source)
     except SyntaxError as exc:
-        if "too many nested" in str(exc.msg) or "too complex" in str(exc.msg):
-            return f"line {exc.lineno}: {exc.msg}"
-    except (RecursionError, MemoryError):
-        return "nested too deeply for Python's parser"
+        deep = "too many nested" in str(exc.msg) or "too complex" in str(exc.msg)
+        return _Refusal(f"line {exc.lineno}: " + ("" if deep else "cannot parse: ") + str(exc.msg), deep)
+    except RecursionError:
+        return _Refusal("nested too deeply for Python's parser", True)
+    except MemoryError:
+        return _Refusal("Python's parser needs more memory for it than a worker may take", True)
     except ValueError:
         pass
     return None

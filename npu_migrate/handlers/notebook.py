@@ -37,10 +37,10 @@ def migrate_notebook(
     from npu_migrate.engine.source import migrate_source
 
     try:
-        notebook = json.loads(data.decode("utf-8"))
-        cells = notebook["cells"]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        notebook = _notebook(data)
+    except NotANotebook as exc:
         return FileResult(error=f"not a notebook: {exc}")
+    cells = notebook["cells"]
     code, starts, magics = _module(cells)
     if not starts:
         return FileResult()
@@ -69,12 +69,43 @@ def migrate_notebook(
     return result
 
 
+class NotANotebook(Exception):
+    """The file is not a notebook as nbformat lays one out; the message says where, in a line."""
+
+
+def _notebook(data: bytes) -> dict[str, Any]:
+    """The notebook, checked as far as the handler reads it: a mapping whose `cells` is a list of
+    mappings, a code cell's source a string or a list of strings."""
+    try:
+        notebook = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise NotANotebook(f"cannot decode as utf-8: {exc.reason}") from None
+    except ValueError as exc:
+        raise NotANotebook(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise NotANotebook("nested too deeply to parse") from None
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        raise NotANotebook("no list of cells")
+    for number, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict):
+            raise NotANotebook(f"cell {number} is not a mapping")
+        source = cell.get("source")
+        if cell.get("cell_type") == "code" and not (
+            source is None
+            or isinstance(source, str)
+            or (isinstance(source, list) and all(isinstance(s, str) for s in source))
+        ):
+            raise NotANotebook(f"cell {number}: its source is neither text nor a list of lines")
+    return notebook
+
+
 def python_of(data: bytes) -> tuple[bytes, Callable[[Finding], Finding]] | None:
     """A notebook's code cells as one Python module, and what moves a finding in that module to
     its cell and line (None: not a notebook, or no code)."""
     try:
-        cells = json.loads(data.decode("utf-8"))["cells"]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        cells = _notebook(data)["cells"]
+    except NotANotebook:
         return None
     code, starts, magics = _module(cells)
     return (code.encode("utf-8"), _relocator(code, starts, magics)) if starts else None
