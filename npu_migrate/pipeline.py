@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import multiprocessing
 import os
 import resource
 import sys
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from npu_migrate.cache import ResultCache
 from npu_migrate.discover import kind_of
+from npu_migrate.interrupt import ignore_in_worker, stop_workers
 from npu_migrate.model import Applicability, FileOutcome, FileResult, ModulePath, SourceFile
 
 if TYPE_CHECKING:
@@ -246,32 +246,50 @@ def _supervise(
     file runs too long (its result says so; the pool is replaced), or a worker dies: then the
     files in flight are returned."""
     memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE / width)
-    with ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory)) as pool:
-        running: dict[Future[FileResult], tuple[int, float]] = {}
-        while batch or running:
-            while batch and len(running) < width:
-                i = batch.popleft()
-                running[pool.submit(_migrate_in_worker, files[i])] = (i, time.monotonic())
-            finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i, _ = running.pop(future)
-                try:
-                    results[i] = future.result()
-                except BrokenProcessPool:
-                    return [i, *(j for j, _ in running.values())]
+    pool = ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory))
+    try:
+        crashed = _share(pool, files, batch, width, results, advance)
+    except BaseException:  # Ctrl-C or SIGTERM (interrupt.Interrupted): the workers ignore it
+        stop_workers()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return crashed
+
+
+def _share(
+    pool: ProcessPoolExecutor,
+    files: list[SourceFile],
+    batch: deque[int],
+    width: int,
+    results: dict[int, FileResult],
+    advance: Callable[[], None],
+) -> list[int]:
+    """_supervise's work on its pool: the files in flight when a worker died (none otherwise)."""
+    running: dict[Future[FileResult], tuple[int, float]] = {}
+    while batch or running:
+        while batch and len(running) < width:
+            i = batch.popleft()
+            running[pool.submit(_migrate_in_worker, files[i])] = (i, time.monotonic())
+        finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+        for future in finished:
+            i, _ = running.pop(future)
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool:
+                return [i, *(j for j, _ in running.values())]
+            advance()
+        late = [(f, i) for f, (i, start) in running.items() if time.monotonic() - start > FILE_SECONDS]
+        if late:
+            for future, i in late:
+                running.pop(future)
+                results[i] = FileResult(
+                    error=f"{INTERNAL_ERROR}: stopped after {FILE_SECONDS} s", tool_failed=True
+                )
                 advance()
-            late = [(f, i) for f, (i, start) in running.items() if time.monotonic() - start > FILE_SECONDS]
-            if late:
-                for future, i in late:
-                    running.pop(future)
-                    results[i] = FileResult(
-                        error=f"{INTERNAL_ERROR}: stopped after {FILE_SECONDS} s", tool_failed=True
-                    )
-                    advance()
-                batch.extendleft(i for i, _ in running.values())
-                for worker in multiprocessing.active_children():
-                    worker.kill()
-                return []
+            batch.extendleft(i for i, _ in running.values())
+            stop_workers()
+            return []
     return []
 
 
@@ -346,6 +364,7 @@ def _start_worker(
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
+    ignore_in_worker()
     _worker = (RuleIndex(*rules), enabled)
     _engine()  # its stack is reserved (and counted as data) before the cap
     held = _data_bytes()

@@ -13,6 +13,7 @@ import typer.core
 from rich.markup import escape
 
 from npu_migrate.cli import apply, common, rules, run, scan, verify
+from npu_migrate.interrupt import Interrupted, interrupt
 
 app = typer.Typer(
     help="Move PyTorch CUDA code to Ascend NPUs: scan an inventory, apply the rewrite, run and verify "
@@ -64,26 +65,18 @@ rules_app.command("schema")(rules.schema)
 app.add_typer(rules_app, name="rules")
 
 
-class Interrupted(BaseException):
-    """Ctrl-C, raised past typer (which would turn KeyboardInterrupt into a silent exit 130) so
-    that the run can say what it left behind; a BaseException, so no `except Exception` in the
-    engine mistakes it for a file's error."""
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise Interrupted
-
-
 def main() -> None:
-    """The console entry point: an interrupted run says what state it left, and a bug in the
-    tool is one line and exit 2, never a traceback with the 'findings' exit code 1."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)  # cleaned up and children stopped, as for Ctrl-C
+    """The console entry point: an interrupted run (Ctrl-C, or SIGTERM from `timeout` or a CI
+    runner) stops its workers and says what state it left, exit 130 or 143; a bug in the tool is
+    one line and exit 2, never a traceback with the 'findings' exit code 1."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
     try:
         app(prog_name="npu-migrate")
-    except Interrupted:
-        common.err.print("interrupted; every file is either untouched or completely rewritten")
-        raise SystemExit(130) from None
+    except Interrupted as stop:
+        left = f"; {stop.left}" if stop.left else ""
+        common.err.print(f"interrupted by {signal.Signals(stop.signum).name}{left}")
+        raise SystemExit(128 + stop.signum) from None
     except Exception as exc:  # the tool's own failure, not the user's input
         common.err.print(
             f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "

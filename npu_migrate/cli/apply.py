@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from npu_migrate.cli import common, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.interrupt import leaving
 from npu_migrate.model import Applicability
 from npu_migrate.report.changes import write_change_list
 from npu_migrate.report.diff import unified_diff
@@ -87,7 +88,8 @@ def apply(
     change_list = change_list or _default_change_list(paths, out_dir)
     if listed:
         common.never_over_a_source([change_list.with_suffix(".csv"), change_list.with_suffix(".json")], files)
-    outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
+    with leaving("no file was written"):
+        outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
     if diff:
         for outcome in changed:
@@ -98,9 +100,11 @@ def apply(
         if earlier.exists():
             common.err.print(f"note: the change list {earlier} of an earlier run is replaced")
         csv_path, json_path = _ready(change_list)
+    state = f"{out_dir} was not made" if out_dir else "every file is either untouched or completely rewritten"
     if not dry_run:
         try:
-            written = write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
+            with leaving(state):
+                written = write_outcomes(outcomes, paths[0] if out_dir else None, out_dir)
         except RefusedWrite as exc:
             common.fail(f"nothing written to {out_dir}: {exc}")
         except OSError as exc:

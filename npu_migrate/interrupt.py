@@ -1,0 +1,65 @@
+"""Stopping on Ctrl-C or SIGTERM: the first signal unwinds the run (workers stopped, files left
+either untouched or completely rewritten); a second one, while that is under way, ends the
+process and every worker at once. Workers ignore both: only the parent decides."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Interrupted(BaseException):
+    """A signal that stops the run, raised past typer (which would turn KeyboardInterrupt into a
+    silent exit 130) so that the run can say what it left behind; a BaseException, so no
+    `except Exception` in the engine mistakes it for a file's error."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.left = ""  # what the command left behind, said after the signal's name
+
+
+@contextmanager
+def leaving(state: str) -> Iterator[None]:
+    """What an interruption inside leaves behind, for the last line to say."""
+    try:
+        yield
+    except Interrupted as stop:
+        stop.left = state
+        raise
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """The first signal: unwind. From now on another one kills at once."""
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, _kill_now)
+    raise Interrupted(signum)
+
+
+def _kill_now(signum: int, frame: object) -> None:
+    stop_workers()
+    os._exit(128 + signum)
+
+
+def stop_workers() -> None:
+    """Kill this process's worker processes (they ignore the signals that stop a run)."""
+    for worker in multiprocessing.active_children():
+        worker.kill()
+
+
+def ignore_in_worker() -> None:
+    """A worker process: a signal to its process group (Ctrl-C in a terminal) is its parent's;
+    and where the parent is killed outright (SIGKILL, out of memory), the worker dies with it
+    (Linux's parent-death signal) instead of running on, orphaned."""
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the C library's, in this process
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
