@@ -75,3 +75,21 @@ def test_a_comment_goes_where_one_can_stand(tmp_path: Path) -> None:
     ast.parse(written)
     assert "    .cuda()  # npu-migrate: ignore[NPU103]\n" in written, "not after the backslash"
     assert "text'''; torch.cuda.synchronize()  # npu-migrate: ignore[NPU101]\n" in written
+
+
+def test_text_that_spells_a_suppression_suppresses_nothing(tmp_path: Path) -> None:
+    """A heredoc's body, a quoted `echo` argument, a quoted YAML value: text the program reads, not
+    comments; and an `ignore[` never closed is no suppression (it would act as a bare `ignore`)."""
+    files = {
+        "heredoc.sh": "cat > notes <<EOF\n# npu-migrate: ignore-file\nEOF\nexport CUDA_VISIBLE_DEVICES=0\n",
+        "echo.sh": 'echo "# npu-migrate: ignore-file"\nexport CUDA_VISIBLE_DEVICES=0\n',
+        "config.yaml": 'note: "see # npu-migrate: ignore-file"\ndevice: cuda\n',
+        "open.py": "import torch\nx = torch.zeros(2).cuda()  # npu-migrate: ignore[NPU101\n",
+        "comment.sh": "# npu-migrate: ignore-file[NPU751]\nexport CUDA_VISIBLE_DEVICES=0\n",
+        "quoted.yaml": "device: cuda  # npu-migrate: ignore\n",
+    }
+    root = project(tmp_path, files)
+    data = scan_json(root)
+    found = sorted({Path(f["file"]).name for f in data["findings"]})
+    assert found == ["config.yaml", "echo.sh", "heredoc.sh", "open.py"], data["findings"]
+    assert data["summary"]["suppressed"] == 2

@@ -5,13 +5,17 @@ suppression that suppresses nothing is reported, so that stale ones do not pile 
 
 from __future__ import annotations
 
+import bisect
 import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 
 MARKER = b"npu-migrate:"  # no file without it has a suppression: the cheap test
-_COMMENT = re.compile(r"#\s*npu-migrate:\s*ignore(?P<file>-file)?(?:\[(?P<codes>[^\]]*)\])?")
+# `ignore`, `ignore-file`, each with or without `[codes]`; an `ignore[` never closed is no
+# suppression at all (it would otherwise act as a bare `ignore`, silencing every rule).
+_COMMENT = re.compile(r"#\s*npu-migrate:\s*ignore(?P<file>-file)?(?:\[(?P<codes>[^\]\n]*)\]|(?![\w\[-]))")
+_LINE_COMMENT = re.compile(rb"(?:^|(?<=[ \t]))#[^\n]*", re.MULTILINE)  # `#` opening a line's comment
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,26 @@ class Suppressions:
     hits: int = 0  # findings suppressed
 
     @classmethod
-    def in_lines(cls, source: bytes) -> Suppressions:
-        """The comments of a file whose comments start with `#` and are not Python (a script, a
-        requirements file, YAML, TOML): each line's first `# npu-migrate: ...`."""
+    def in_lines(cls, source: bytes, text: list[tuple[int, int]] | None = None) -> Suppressions:
+        """The comments of a file whose comments start with `#` at a line's start or after a
+        blank, and are not Python (a requirements file, a Makefile, YAML); `text`: the byte
+        spans that are a value's text (a quoted YAML scalar), where a `#` opens no comment."""
+        spans = [(m.start(), m.end()) for m in _LINE_COMMENT.finditer(source)]
+        if text:
+            inside = sorted(text)
+            spans = [s for s in spans if not _within(s[0], inside)]
+        return cls.in_comments(source, spans)
+
+    @classmethod
+    def in_comments(cls, source: bytes, comments: list[tuple[int, int]]) -> Suppressions:
+        """The suppressions in these byte spans, each a comment (a shell script's, as its parser
+        found them: a heredoc's body or a quoted argument is not one)."""
         found = []
-        for number, line in enumerate(source.decode("utf-8", errors="replace").splitlines(), start=1):
-            if match := _COMMENT.search(line):
-                found.append(Suppression(number, _codes(match["codes"]), bool(match["file"])))
+        for start, end in comments:
+            comment = source[start:end].decode("utf-8", errors="replace")
+            if match := _COMMENT.search(comment):
+                line = source.count(b"\n", 0, start) + 1
+                found.append(Suppression(line, _codes(match["codes"]), bool(match["file"])))
         return cls(found)
 
     @classmethod
@@ -70,6 +87,11 @@ class Suppressions:
 
     def unused(self) -> list[int]:
         return sorted(s.line for s in self.found if s not in self.used)
+
+
+def _within(offset: int, spans: list[tuple[int, int]]) -> bool:
+    at = bisect.bisect_right(spans, (offset, float("inf"))) - 1
+    return at >= 0 and spans[at][0] <= offset < spans[at][1]
 
 
 def _codes(listed: str | None) -> frozenset[str] | None:

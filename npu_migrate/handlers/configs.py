@@ -69,7 +69,7 @@ def migrate_config(
         return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")
     except RecursionError:
         return FileResult(error="nested too deeply to parse")
-    suppressions = Suppressions.in_lines(data)  # YAML's comments (JSON has none)
+    suppressions = Suppressions.in_lines(data, _scalar_spans(text, root))  # YAML's comments (JSON has none)
     matched = match_sites(data, sites, index, enabled, {"config"}, suppressions=suppressions)
     return site_result(matched, data, suppressions)
 
@@ -119,6 +119,26 @@ def _sites(text: str, node: yaml.Node | None, seen: set[int] | None = None) -> I
             )
             yield Site("value", place.start, place.end, shown, facts, held=place.held)
         yield from _sites(text, value, seen)
+
+
+def _scalar_spans(text: str, root: yaml.Node | None) -> list[tuple[int, int]]:
+    """The byte spans of the document's scalars: a `#` inside one (a quoted value) is its text."""
+    if root is None or "npu-migrate:" not in text:
+        return []
+    spans, stack, seen = [], [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            place = spelled(text, node)
+            spans.append((place.start, place.end))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+    return spans
 
 
 def _scalars(node: yaml.Node) -> bool:

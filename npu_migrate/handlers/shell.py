@@ -46,18 +46,26 @@ def _parser() -> Any:
 def migrate_shell(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(data, data, index, enabled, Suppressions.in_lines(data))
+    return migrate_script(data, data, index, enabled)
 
 
 def migrate_script(
-    data: bytes, view: bytes, index: RuleIndex, enabled: frozenset[Applicability], suppressions: Suppressions
+    data: bytes,
+    view: bytes,
+    index: RuleIndex,
+    enabled: frozenset[Applicability],
+    suppressions: Suppressions | None = None,
 ) -> FileResult:
     """A script's result. `view` is what bash parses: the file itself, or (a Dockerfile, a
-    Makefile) the file with what is not shell blanked out, byte for byte at the same offsets."""
+    Makefile) the file with what is not shell blanked out, byte for byte at the same offsets.
+    `suppressions`: the file's own (None: those in the script's comments, as bash reads them;
+    a heredoc's body or a quoted argument holds none)."""
     tree = _parser().parse(_without_last_continuation(view))
     if tree.root_node.has_error:
         line = _first_error(tree.root_node).start_point[0] + 1
         return FileResult(error=f"line {line}: not a script bash can parse")
+    if suppressions is None:
+        suppressions = Suppressions.in_comments(data, list(_comments(tree.root_node)))
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     sites = [*_sites(tree.root_node, view), *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
@@ -209,6 +217,16 @@ def _literal(argument: Any) -> Any:
         inside = [c for c in argument.children if c.type != '"']
         return inside[0] if len(inside) == 1 and inside[0].type == "string_content" else None
     return None
+
+
+def _comments(root: Any) -> Iterator[tuple[int, int]]:
+    """The byte spans of the script's comments."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "comment":
+            yield node.start_byte, node.end_byte
+        stack.extend(node.children)
 
 
 def _first_error(node: Any) -> Any:
