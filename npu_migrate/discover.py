@@ -33,6 +33,7 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
 IGNORED = "matched by .gitignore and not tracked by git"
+IGNORED_FOLDER = f"a folder {IGNORED}"  # counted as one: what it holds is not walked
 
 
 class _Ignores:
@@ -44,15 +45,9 @@ class _Ignores:
     def __init__(self, top: Path) -> None:
         self._top = top.resolve()
         self._specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
-        self._tracked: frozenset[Path] = frozenset()
-        self._holding: frozenset[Path] = frozenset()  # folders with a tracked file below them
         repo = next((p for p in [self._top, *self._top.parents] if (p / ".git").exists()), None)
         if repo is None:
             return
-        if (answer := tracked(self._top)) is not None:
-            git_top, names = answer
-            self._tracked = frozenset(git_top.resolve() / name for name in names)
-            self._holding = frozenset(folder for path in self._tracked for folder in path.parents)
         self._add(repo, repo / ".git" / "info" / "exclude")
         for folder in reversed(self._top.parents):  # the folders above the walk, root first
             if folder.is_relative_to(repo):
@@ -69,14 +64,26 @@ class _Ignores:
 
     def ignored(self, rel: Path, is_dir: bool) -> bool:
         path = self._top / rel
-        if path in (self._holding if is_dir else self._tracked):
-            return False
         verdict = None
         for base, spec in self._specs:
             if path.is_relative_to(base):
                 result = spec.check_file(path.relative_to(base).as_posix() + ("/" if is_dir else "")).include
                 verdict = result if result is not None else verdict
-        return bool(verdict)
+        if not verdict:
+            return False
+        tracked_files, holding = self._tracked
+        return path not in (holding if is_dir else tracked_files)
+
+    @functools.cached_property
+    def _tracked(self) -> tuple[frozenset[Path], frozenset[Path]]:
+        """The files git tracks under the walk, and the folders that hold one: asked of git
+        only once a pattern matches (a walk nothing matches in runs no git)."""
+        answer = tracked(self._top)
+        if answer is None:
+            return frozenset(), frozenset()
+        git_top, names = answer
+        files = frozenset(git_top.resolve() / name for name in names)
+        return files, frozenset(folder for path in files for folder in path.parents)
 
 
 def printable(name: str) -> str:
@@ -286,9 +293,9 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
             for name in sorted(d for d in dirs if d not in SKIP_DIRS):
                 if not ignores.ignored(rel_here / name, is_dir=True):
                     kept.append(name)
-                else:  # counted as one: what an ignored build or data folder holds is not walked
+                else:
                     shown = printable(str(top / (rel_here / name).as_posix())) + "/"
-                    found.append(SourceFile(Path(folder) / name, shown, skipped=f"a folder {IGNORED}"))
+                    found.append(SourceFile(Path(folder) / name, shown, skipped=IGNORED_FOLDER))
             dirs[:] = kept
             for name in sorted(names):
                 path = Path(folder) / name

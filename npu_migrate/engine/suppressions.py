@@ -9,6 +9,7 @@ import bisect
 import io
 import re
 import tokenize
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MARKER = b"npu-migrate:"  # no file without it has a suppression: the cheap test
@@ -42,25 +43,29 @@ class Suppressions:
     hits: int = 0  # findings suppressed
 
     @classmethod
-    def in_lines(cls, source: bytes, text: list[tuple[int, int]] | None = None) -> Suppressions:
+    def in_lines(cls, source: bytes, text: Iterable[tuple[int, int]] = ()) -> Suppressions:
         """The comments of a file whose comments start with `#` at a line's start or after a
         blank, and are not Python (a requirements file, a Makefile, YAML); `text`: the byte
         spans that are a value's text (a quoted YAML scalar), where a `#` opens no comment."""
+        if MARKER not in source:
+            return cls([])
         spans = [(m.start(), m.end()) for m in _LINE_COMMENT.finditer(source)]
-        if text:
-            inside = sorted(text)
-            spans = [s for s in spans if not _within(s[0], inside)]
-        return cls.in_comments(source, spans)
+        inside = sorted(text)
+        return cls.in_comments(source, [s for s in spans if not _within(s[0], inside)])
 
     @classmethod
-    def in_comments(cls, source: bytes, comments: list[tuple[int, int]]) -> Suppressions:
+    def in_comments(cls, source: bytes, comments: Iterable[tuple[int, int]]) -> Suppressions:
         """The suppressions in these byte spans, each a comment (a shell script's, as its parser
-        found them: a heredoc's body or a quoted argument is not one)."""
+        found them: a heredoc's body or a quoted argument is not one); not looked for at all in
+        a file without the marker."""
+        if MARKER not in source:
+            return cls([])
         found = []
-        for start, end in comments:
-            comment = source[start:end].decode("utf-8", errors="replace")
-            if match := _COMMENT.search(comment):
-                line = source.count(b"\n", 0, start) + 1
+        line, counted = 1, 0  # lines counted up to offset `counted`, as the spans come in order
+        for start, end in sorted(s for s in comments if MARKER in source[s[0] : s[1]]):
+            match = _COMMENT.search(source[start:end].decode("utf-8", errors="replace"))
+            if match:
+                line, counted = line + source.count(b"\n", counted, start), start
                 found.append(Suppression(line, _codes(match["codes"]), bool(match["file"])))
         return cls(found)
 

@@ -121,11 +121,11 @@ def _sites(text: str, node: yaml.Node | None, seen: set[int] | None = None) -> I
         yield from _sites(text, value, seen)
 
 
-def _scalar_spans(text: str, root: yaml.Node | None) -> list[tuple[int, int]]:
-    """The byte spans of the document's scalars: a `#` inside one (a quoted value) is its text."""
-    if root is None or "npu-migrate:" not in text:
-        return []
-    spans, stack, seen = [], [root], set()
+def _scalar_spans(text: str, root: yaml.Node | None) -> Iterator[tuple[int, int]]:
+    """The byte spans of the document's scalars: a `#` inside one (a quoted value) is its text.
+    Walked only where a file holds a suppression (Suppressions.in_lines asks for them then)."""
+    stack: list[yaml.Node] = [root] if root is not None else []
+    seen: set[int] = set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -133,12 +133,11 @@ def _scalar_spans(text: str, root: yaml.Node | None) -> list[tuple[int, int]]:
         seen.add(id(node))
         if isinstance(node, yaml.ScalarNode):
             place = spelled(text, node)
-            spans.append((place.start, place.end))
+            yield place.start, place.end
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(node.value)
         elif isinstance(node, yaml.MappingNode):
             stack.extend(part for pair in node.value for part in pair)
-    return spans
 
 
 def _scalars(node: yaml.Node) -> bool:

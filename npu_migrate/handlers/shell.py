@@ -65,7 +65,7 @@ def migrate_script(
         line = _first_error(tree.root_node).start_point[0] + 1
         return FileResult(error=f"line {line}: not a script bash can parse")
     if suppressions is None:
-        suppressions = Suppressions.in_comments(data, list(_comments(tree.root_node)))
+        suppressions = Suppressions.in_comments(data, _comments(tree.root_node))
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     sites = [*_sites(tree.root_node, view), *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)

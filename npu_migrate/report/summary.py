@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from npu_migrate.discover import IGNORED, kind_of
+from npu_migrate.discover import IGNORED, IGNORED_FOLDER, kind_of
 from npu_migrate.engine.reasons import DUAL_PATH
 from npu_migrate.model import Applicability, FileOutcome, Finding, Severity
 
@@ -22,7 +22,7 @@ def _by_file_kind(outcomes: list[FileOutcome]) -> dict[str, int]:
 
 def _hidden(outcome: FileOutcome) -> bool:
     """A file or folder .gitignore hid: counted, not listed."""
-    return (outcome.file.skipped or "").endswith(IGNORED)
+    return outcome.file.skipped in (IGNORED, IGNORED_FOLDER)
 
 
 def location(finding: Finding) -> str:
@@ -108,7 +108,7 @@ class Summary:
             notes=notes,
             manual_by_file=manual.most_common(10),
             skipped=[(o.file.display, o.file.skipped) for o in outcomes if o.file.skipped],
-            ignored=Counter("folder" if o.file.display.endswith("/") else "file" for o in hidden),
+            ignored=Counter("folder" if o.file.skipped == IGNORED_FOLDER else "file" for o in hidden),
             errors=[
                 (o.file.display, o.result.error) for o in outcomes if o.result.error and o.result.tool_failed
             ],
