@@ -46,6 +46,14 @@ def _kill_now(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
+def ending() -> None:
+    """All is said and the exit code chosen: a signal from now on changes nothing. (Left to a
+    Python handler, one arriving while the interpreter shuts down would kill the process by the
+    signal instead: CPython puts the default action back for the handlers it set.)"""
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+
+
 def stop_workers() -> None:
     """Kill this process's worker processes (they ignore the signals that stop a run)."""
     for worker in multiprocessing.active_children():
