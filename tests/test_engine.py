@@ -115,9 +115,11 @@ def test_the_cuda_module_imported_from_torch_becomes_torch_npus() -> None:
 
 
 def test_aliases_and_nested_imports_resolve() -> None:
+    """torch_npu is imported where the file imports torch: a module that imports torch only in a
+    function still imports without torch."""
     code = "def f():\n    import torch.distributed as d\n    d.init_process_group(backend='nccl')\n"
     assert migrate(code) == (
-        "import torch_npu\ndef f():\n    import torch.distributed as d\n"
+        "def f():\n    import torch.distributed as d\n    import torch_npu\n"
         "    d.init_process_group(backend='hccl')\n"
     )
 

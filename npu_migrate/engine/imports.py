@@ -1,8 +1,8 @@
 """Imports under the rules' fixes: which imported names the rules rename (decided once, before
 the pass, so every use agrees with its import), the rewritten from-imports, the imports a fixed
 file needs added (each module once, right after the file's torch import, else after its last
-top-level import, else after the docstring and __future__ lines), and the imports a fix leaves
-unused."""
+top-level import, else after the docstring and __future__ lines; torch_npu where torch is
+imported), and the imports a fix leaves unused."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 import libcst as cst
 
 from npu_migrate.engine.names import ImportTable, module_name
+from npu_migrate.engine.positions import positions
 
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
@@ -149,37 +150,147 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
     )
 
 
+def _imports_torch(small: cst.BaseSmallStatement) -> bool:
+    if isinstance(small, cst.Import):
+        return any(_is_torch(module_name(alias.name)) for alias in small.names)
+    return isinstance(small, cst.ImportFrom) and not small.relative and _is_torch(module_name(small.module))
+
+
+def _is_torch(module: str) -> bool:
+    return module == "torch" or module.startswith("torch.")
+
+
 def insertion_index(body: Sequence[cst.BaseStatement]) -> int:
-    last_torch = last_import = -1
-    header = 0
+    last_torch = _last_torch_import(body)
+    if last_torch is not None:
+        return last_torch + 1
+    last_import, header = -1, 0
     for i, statement in enumerate(body):
         modules = _imported_modules(statement)
-        if any(m == "torch" or m.startswith("torch.") for m in modules):
-            last_torch = i
         if modules:
             last_import = i
         if (i == header and _is_docstring(statement)) or modules == ["__future__"]:
             header = i + 1
-    if last_torch >= 0:
-        return last_torch + 1
     return last_import + 1 if last_import >= 0 else header
+
+
+def _last_torch_import(body: Sequence[cst.BaseStatement]) -> int | None:
+    """The index of the last statement of `body` that imports torch, if one does."""
+    found = [
+        i
+        for i, statement in enumerate(body)
+        if isinstance(statement, cst.SimpleStatementLine) and any(map(_imports_torch, statement.body))
+    ]
+    return found[-1] if found else None
+
+
+def _after_torch(module: str) -> bool:
+    """A module that imports torch as it loads (torch_npu): it can only go where torch is imported,
+    or a file that runs without torch (torch imported in a `try`, an `if`, a function) would not."""
+    return module == "torch_npu" or module.startswith("torch_npu.")
 
 
 def add_imports(
     module: cst.Module, wanted: list[str], table: ImportTable
 ) -> tuple[cst.Module, list[tuple[int, str]]]:
     """The module with `import X` added for each wanted module it does not bind yet, and
-    (line, module) for each line added."""
+    (line, module) for each line added. torch_npu goes right after the statement that imports
+    torch at the top level, in its line where more statements follow on it (`import torch; x =
+    t.npu()`); in a file that imports torch only in blocks (a `try` with an ImportError fallback,
+    an `if`, a function), after each of those imports, in its block."""
     missing = [m for m in dict.fromkeys(wanted) if not table.binds_module(m)]
     if not missing:
         return module, []
     missing.sort(key=lambda m: m != "torch")  # torch must come before torch_npu
+    late = [m for m in missing if _after_torch(m)]
+    at_top = "torch" in missing or _last_torch_import(module.body) is not None
+    nested = [] if at_top or not late else _nested_torch_imports(module)
+    late = late if nested else []
+    placed = _Placed(module.config_for_parsing)
+    top = [m for m in missing if m not in late]
+    if top:
+        module = _with_imports_at_top(module, top, placed)
+    if late:
+        module = module.visit(_ImportAfter(set(nested), late, placed))
+    where = positions(module, [node for node, _ in placed.nodes])
+    return module, sorted((where[node].start.line, name) for node, name in placed.nodes)
+
+
+@dataclass
+class _Placed:
+    """The import statements added, each with the module it imports."""
+
+    config: cst.PartialParserConfig
+    nodes: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
+
+    def lines(self, modules: list[str]) -> list[cst.SimpleStatementLine]:
+        new = [cst.parse_statement(f"import {m}\n", config=self.config) for m in modules]
+        self.nodes += zip(new, modules, strict=True)
+        return new  # type: ignore[return-value]
+
+    def spliced(self, line: cst.SimpleStatementLine, modules: list[str]) -> cst.SimpleStatementLine | None:
+        """`import torch; import torch_npu; x = t.npu()`: the imports right after the line's last
+        torch import where more statements follow it on the line (else None: a line of their own)."""
+        torch = [i for i, small in enumerate(line.body) if _imports_torch(small)]
+        if not torch or torch[-1] == len(line.body) - 1:
+            return None
+        at = torch[-1] + 1
+        then = cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))
+        new = [cst.Import([cst.ImportAlias(cst.parse_expression(m))], semicolon=then) for m in modules]  # type: ignore[arg-type]
+        self.nodes += zip(new, modules, strict=True)
+        return line.with_changes(body=[*line.body[:at], *new, *line.body[at:]])
+
+
+def _with_imports_at_top(module: cst.Module, modules: list[str], placed: _Placed) -> cst.Module:
     body = list(module.body)
     at = insertion_index(body)
-    first_line = module.with_changes(body=body[:at]).code.count("\n") + 1
-    new = [cst.parse_statement(f"import {m}\n", config=module.config_for_parsing) for m in missing]
-    added = [(first_line + i, m) for i, m in enumerate(missing)]
-    return module.with_changes(body=[*body[:at], *new, *body[at:]]), added
+    line = body[at - 1] if at else None
+    if isinstance(line, cst.SimpleStatementLine) and (spliced := placed.spliced(line, modules)):
+        body[at - 1] = spliced
+        return module.with_changes(body=body)
+    return module.with_changes(body=[*body[:at], *placed.lines(modules), *body[at:]])
+
+
+def _nested_torch_imports(module: cst.Module) -> list[cst.SimpleStatementLine]:
+    found = _TorchImports()
+    module.visit(found)
+    return found.found
+
+
+class _TorchImports(cst.CSTVisitor):
+    """The statements that import torch inside blocks, where the file's own code runs them (not
+    under `if TYPE_CHECKING:`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[cst.SimpleStatementLine] = []
+
+    def visit_If(self, node: cst.If) -> bool:
+        return not (isinstance(node.test, cst.Name) and node.test.value == "TYPE_CHECKING")
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        if any(map(_imports_torch, node.body)):
+            self.found.append(node)
+        return False
+
+
+class _ImportAfter(cst.CSTTransformer):
+    """Each import of `modules` right after every one of the `torch` statements, in its block."""
+
+    def __init__(self, torch: set[cst.SimpleStatementLine], modules: list[str], placed: _Placed) -> None:
+        super().__init__()
+        self.torch = torch
+        self.modules = modules
+        self.placed = placed
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original not in self.torch:
+            return updated
+        return self.placed.spliced(updated, self.modules) or cst.FlattenSentinel(
+            [updated, *self.placed.lines(self.modules)]
+        )
 
 
 def add_helpers(module: cst.Module, helpers: dict[str, str]) -> tuple[cst.Module, list[tuple[int, str]]]:

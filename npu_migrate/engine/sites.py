@@ -125,6 +125,14 @@ def _fix(rule: Rule, site: Site) -> tuple[str | None, Hold | None]:
     return text, None
 
 
+def _line_break(data: bytes, offset: int) -> bytes:
+    """The line break of the line at `offset` (a line added before it ends the same way), or
+    the file's where that line has none."""
+    end = data.find(b"\n", offset)
+    crlf = data[end - 1 : end] == b"\r" if end > 0 else b"\r\n" in data
+    return b"\r\n" if crlf else b"\n"
+
+
 def match_sites(
     data: bytes,
     sites: Iterable[Site],
@@ -176,7 +184,8 @@ def match_sites(
         if applied and fixed is not None and rule.fix and rule.fix.add_line:
             start = site.start - column + 1
             indent = re.match(rb"[ \t]*", data[start : site.start])
-            edits.spans.append((start, start, (indent[0] if indent else b"") + fixed.encode() + b"\n"))
+            added = (indent[0] if indent else b"") + fixed.encode() + _line_break(data, site.start)
+            edits.spans.append((start, start, added))
         elif applied and fixed is not None:
             edits.spans.append((site.start, site.end, fixed.encode()))
     findings.sort(key=lambda f: (f.line, f.column, f.rule.code))

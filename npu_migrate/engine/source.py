@@ -16,6 +16,7 @@ import tokenize
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
 
 import libcst as cst
 from libcst.metadata import CodeRange
@@ -193,7 +194,7 @@ def migrate_whole(
             s for s in table.imports if _bound_names(s, table) and set(_bound_names(s, table)) <= set(dropped)
         }
         matches = [m for m in matches if m.replacement is not None or m.node not in gone]  # the import went
-        new_source = _edges_kept(source, rewritten.bytes)
+        new_source = _as_written(source, module.bytes, rewritten.bytes)
         broken = _broken(source, new_source)
         if broken is not None:
             fixes = sorted({m.candidate.rule.code for m in matches if m.applied})
@@ -286,16 +287,45 @@ def _placed(finding: Finding, placed: list[Placed]) -> Finding:
     )
 
 
-def _edges_kept(source: bytes, new_source: bytes) -> bytes:
-    """libcst's code drops a form feed that starts a file and the last line break of a file
-    whose lines end in a bare carriage return: put back what the original had."""
-    lead = source[: len(source) - len(source.lstrip(b"\x0c"))]
-    if lead and not new_source.startswith(lead):
-        new_source = lead + new_source
-    last = next((end for end in (b"\r\n", b"\r", b"\n") if source.endswith(end)), b"")
-    if last and not new_source.endswith((b"\r", b"\n")):
-        new_source += last
-    return new_source
+def _as_written(source: bytes, printed: bytes, new_source: bytes) -> bytes:
+    """libcst prints a module without a form feed that starts a line of code, and without the
+    last line break of a file whose lines end in a bare carriage return (`printed`, the parsed
+    file printed back, shows what it drops): each line the fixes left alone is the original's
+    again, and an edited line gets back what was dropped from its start or end."""
+    if printed == source:
+        return new_source
+    original, before, after = (text.splitlines(keepends=True) for text in (source, printed, new_source))
+    if len(original) != len(before):  # more than lines' edges dropped: nothing to line up
+        return new_source
+    lines: list[bytes] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            lines += original[i1:i2]
+        elif tag == "replace" and i2 - i1 == j2 - j1:  # line for line
+            lines += (
+                _end_back(o, p, _start_back(o, p, e))
+                for o, p, e in zip(original[i1:i2], before[i1:i2], after[j1:j2], strict=True)
+            )
+        elif tag == "replace":  # the block's first and last lines
+            block = after[j1:j2]
+            block[0] = _start_back(original[i1], before[i1], block[0])
+            block[-1] = _end_back(original[i2 - 1], before[i2 - 1], block[-1])
+            lines += block
+        else:
+            lines += after[j1:j2]
+    return b"".join(lines)
+
+
+def _start_back(original: bytes, printed: bytes, edited: bytes) -> bytes:
+    """An edited line with what libcst dropped from its original's start (a form feed) put back."""
+    return original[: len(original) - len(printed)] + edited if original.endswith(printed) else edited
+
+
+def _end_back(original: bytes, printed: bytes, edited: bytes) -> bytes:
+    """An edited line with what libcst dropped from its original's end (a last bare CR) put back."""
+    if original.startswith(printed) and not edited.endswith((b"\r", b"\n")):
+        return edited + original[len(printed) :]
+    return edited
 
 
 def stdlib_parse(source: str | bytes) -> ast.Module:

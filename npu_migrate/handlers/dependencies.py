@@ -40,6 +40,17 @@ AS_PYTHON = Hold(
     "npu-migrate edits setup.py as Python code only; change this requirement by hand",
 )
 ESCAPED = Hold("spelled with escapes", "the string is spelled with escapes: edit it by hand")
+CONTINUED = Hold(
+    "inside a continued line",
+    "the line before ends in `\\`, so pip would read a line added here as part of it; add by hand",
+)
+HASHED = Hold(
+    "hash-checking mode",
+    "pip installs this file in hash-checking mode (`--hash`), where a requirement without its hash "
+    "stops the install; add it by hand with its `--hash` values",
+)
+_HASHES = re.compile(r"(^|\s)--(hash|require-hashes)\b")
+_PIP_COMMENT = re.compile(r"(^|\s+)#")  # pip's: a `\\` after it does not continue the line
 _PIP_OPTION = re.compile(r"(-i|--index-url|--extra-index-url|-f|--find-links)(\s*=\s*|\s+)(\S+)")
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*")
 _CONDA_SPEC = re.compile(r"\s*(?:([\w./-]+)::)?([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*")
@@ -55,6 +66,7 @@ class Found:
     text: str
     kind: str = "requirement"  # "requirement", "conda" (a conda spec) or "index"
     held: Hold | None = None
+    no_new_line: Hold | None = None  # why no line may be added before it, as its file's grammar sees it
 
 
 def migrate_requirements(
@@ -148,9 +160,13 @@ def _migrate(
 def requirement_sites(found: list[Found], no_new_line: Hold | None) -> list[Site]:
     """The sites of what a file requires, each knowing every package the file requires (a rule's
     `unless`) and why no line may be added beside it."""
-    sites = [site for entry in found for site in _sites(entry)]
+    sites = [
+        replace(site, no_new_line=no_new_line or entry.no_new_line)
+        for entry in found
+        for site in _sites(entry)
+    ]
     packages = " ".join(sorted({s.facts["NAME"] for s in sites if s.kind == "requirement"}))
-    return [replace(s, facts={**s.facts, "PACKAGES": packages}, no_new_line=no_new_line) for s in sites]
+    return [replace(s, facts={**s.facts, "PACKAGES": packages}) for s in sites]
 
 
 def _sites(entry: Found) -> Iterator[Site]:
@@ -198,12 +214,20 @@ def _exact(version: str, conda: bool) -> str | None:
 
 
 def _requirements_lines(data: bytes) -> Iterator[Found]:
-    """Each requirement and each index option or link of a requirements file, where it is."""
-    offset = 0
-    for raw in data.decode("utf-8").splitlines(keepends=True):
+    """Each requirement and each index option or link of a requirements file, where it is. A
+    line can be added before a requirement only where it starts a line as pip joins them (not
+    after a line continued with `\\`), and only in a file pip does not install in hash-checking
+    mode (there, a requirement without its `--hash` stops the install)."""
+    text = data.decode("utf-8")
+    lines = text.splitlines(keepends=True)  # as pip splits them
+    hashed = any(_HASHES.search(line.split(" #")[0]) for line in lines if not line.lstrip().startswith("#"))
+    offset, continued = 0, False
+    for raw in lines:
         line = raw.rstrip("\r\n")
-        start = offset
+        start, after_continued = offset, continued
         offset += len(raw.encode())
+        commented = bool(_PIP_COMMENT.search(line))
+        continued = line.endswith("\\") and not commented
         body = line.split(" #")[0] if not line.lstrip().startswith("#") else ""
         stripped = body.strip()
         if not stripped:
@@ -215,7 +239,8 @@ def _requirements_lines(data: bytes) -> Iterator[Found]:
         elif re.match(r"[a-z+]+://", stripped):  # a wheel or archive by its URL
             yield Found(lead, stripped.split()[0], "index")
         else:  # a requirement, less the per-requirement options pip takes after it (--hash)
-            yield Found(lead, stripped.rstrip("\\").split(" --")[0].rstrip())
+            no_new_line = CONTINUED if after_continued else HASHED if hashed else None
+            yield Found(lead, stripped.rstrip("\\").split(" --")[0].rstrip(), no_new_line=no_new_line)
 
 
 def _pyproject_strings(document: dict) -> Iterator[tuple[str, str]]:

@@ -1,0 +1,127 @@
+"""Edits that must not make a file worse than it was: the bytes libcst drops put back, torch_npu
+imported where the file imports torch (so a file that runs without torch still does), and a
+requirements file given a line pip still accepts, or told why it gets none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npu_migrate.engine.source import migrate_source
+from npu_migrate.handlers.dependencies import migrate_requirements
+
+from .test_engine import INDEX, SAFE
+
+
+def migrated(code: str) -> str:
+    new = migrate_source(code.encode(), INDEX, SAFE).new_source
+    assert new is not None, "nothing was fixed"
+    return new.decode()
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (  # a page break before a definition, the import added right before it
+            "import torch\n\x0cdef f(x):\n    return x.cuda()\n",
+            "import torch\nimport torch_npu\n\x0cdef f(x):\n    return x.npu()\n",
+        ),
+        (  # inside a block, on the line edited and on one left alone
+            "import torch\nif x:\n    y = 1\n\x0c    z = y.cuda()\n\x0c    w = 2\n",
+            "import torch\nimport torch_npu\nif x:\n    y = 1\n\x0c    z = y.npu()\n\x0c    w = 2\n",
+        ),
+        ("\x0cimport torch\nx.cuda()\n", "\x0cimport torch\nimport torch_npu\nx.npu()\n"),  # the file's start
+        ("import torch\rx.cuda()\r", "import torch\rimport torch_npu\rx.npu()\r"),  # bare CR, to the last
+    ],
+)
+def test_what_libcst_drops_is_put_back(before: str, after: str) -> None:
+    assert migrated(before) == after
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (  # `.npu()` on the line that imports torch runs before a line added after it would
+            "import torch; x = torch.zeros(1).cuda()\n",
+            "import torch; import torch_npu; x = torch.zeros(1).npu()\n",
+        ),
+        (  # torch is optional: the module imports without it
+            "try:\n    import torch\nexcept ImportError:\n    torch = None\n\n"
+            "def f(x):\n    return x.cuda()\n",
+            "try:\n    import torch\n    import torch_npu\nexcept ImportError:\n    torch = None\n\n"
+            "def f(x):\n    return x.npu()\n",
+        ),
+        (  # imported only where it is used
+            "import os\n\ndef f():\n    import torch\n    return torch.zeros(1).cuda()\n",
+            "import os\n\ndef f():\n    import torch\n    import torch_npu\n"
+            "    return torch.zeros(1).npu()\n",
+        ),
+        (  # only for type checkers there: the function's import is the one that runs
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n\n"
+            "def f(x):\n    import torch\n    return x.cuda()\n",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n\n"
+            "def f(x):\n    import torch\n    import torch_npu\n    return x.npu()\n",
+        ),
+        (  # a top-level import wins over the function's
+            "import torch\n\ndef f():\n    import torch\n    return torch.zeros(1).cuda()\n",
+            "import torch\nimport torch_npu\n\ndef f():\n    import torch\n    return torch.zeros(1).npu()\n",
+        ),
+    ],
+)
+def test_torch_npu_is_imported_where_torch_is(before: str, after: str) -> None:
+    assert migrated(before) == after
+
+
+def test_a_module_that_runs_without_torch_still_imports_without_it(tmp_path: Path) -> None:
+    """Run, not read: the migrated module is imported where torch cannot be."""
+    code = migrated(
+        "try:\n    import torch\nexcept ImportError:\n    torch = None\n\n"
+        "def lazy():\n    import torch.distributed as dist\n    dist.init_process_group('nccl')\n\n"
+        "def to_gpu(x):\n    return x.cuda() if torch is not None else x\n\nAVAILABLE = torch is not None\n"
+    )
+    (tmp_path / "optional.py").write_text(code)
+    no_torch = "import sys; sys.modules['torch'] = None; sys.modules['torch_npu'] = None; "
+    run = subprocess.run(
+        [sys.executable, "-c", no_torch + "import optional; print(optional.AVAILABLE)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (run.returncode, run.stdout) == (0, "False\n"), run.stderr
+
+
+def requirements(text: str) -> tuple[str | None, list[str]]:
+    result = migrate_requirements(text.encode(), INDEX, SAFE)
+    held = [f.held.reason for f in result.findings if f.held is not None]
+    return (result.new_source.decode() if result.new_source else None), held
+
+
+def test_a_crlf_requirements_file_gets_a_crlf_line() -> None:
+    new, _ = requirements("numpy==1.26.0\r\ntorch==2.1.0\r\n")
+    assert new == "numpy==1.26.0\r\ntorch_npu==2.1.0.*\r\ntorch==2.1.0\r\n"
+
+
+def test_a_last_line_without_a_break_takes_the_files() -> None:
+    new, _ = requirements("numpy==1.26.0\r\ntorch==2.1.0")
+    assert new == "numpy==1.26.0\r\ntorch_npu==2.1.0.*\r\ntorch==2.1.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("numpy==1.26.0 --hash=sha256:aa\ntorch==2.1.0 \\\n    --hash=sha256:bb\n", "hash-checking mode"),
+        ("--require-hashes\ntorch==2.1.0\n", "hash-checking mode"),
+        ("-r base.txt \\\ntorch==2.1.0\n", "inside a continued line"),
+    ],
+)
+def test_no_line_pip_would_refuse_is_added(text: str, reason: str) -> None:
+    assert requirements(text) == (None, [reason])
+
+
+def test_a_backslash_in_a_comment_continues_nothing() -> None:
+    new, held = requirements("numpy  # see \\\ntorch==2.1.0\n# --hash=sha256:aa\n")
+    assert (new, held) == ("numpy  # see \\\ntorch_npu==2.1.0.*\ntorch==2.1.0\n# --hash=sha256:aa\n", [])
