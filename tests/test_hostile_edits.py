@@ -1,6 +1,7 @@
 """Edits that must not make a file worse than it was: the bytes libcst drops put back, torch_npu
-imported where the file imports torch (so a file that runs without torch still does), and a
-requirements file given a line pip still accepts, or told why it gets none."""
+imported where the file imports torch (so a file that runs without torch still does), a
+requirements file given a line pip still accepts, or told why it gets none, and a shell or make
+variable renamed everywhere it is read or nowhere."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.handlers.dependencies import migrate_requirements
+from npu_migrate.handlers.embedded_shell import migrate_makefile
+from npu_migrate.handlers.shell import migrate_shell
 
 from .test_engine import INDEX, SAFE
 
@@ -125,3 +128,77 @@ def test_no_line_pip_would_refuse_is_added(text: str, reason: str) -> None:
 def test_a_backslash_in_a_comment_continues_nothing() -> None:
     new, held = requirements("numpy  # see \\\ntorch==2.1.0\n# --hash=sha256:aa\n")
     assert (new, held) == ("numpy  # see \\\ntorch_npu==2.1.0.*\ntorch==2.1.0\n# --hash=sha256:aa\n", [])
+
+
+SCRIPTS = {
+    "heredoc": (
+        "export CUDA_VISIBLE_DEVICES=0,1\ncat <<END\ndevices: $CUDA_VISIBLE_DEVICES\nEND\n",
+        "export ASCEND_RT_VISIBLE_DEVICES=0,1\ncat <<END\ndevices: $ASCEND_RT_VISIBLE_DEVICES\nEND\n",
+    ),
+    "read, for, printf -v, -v": (
+        "export CUDA_VISIBLE_DEVICES=0\nread -r CUDA_VISIBLE_DEVICES <<< 3\n"
+        "for CUDA_VISIBLE_DEVICES in 4 $CUDA_VISIBLE_DEVICES; do echo $CUDA_VISIBLE_DEVICES; done\n"
+        'printf -v CUDA_VISIBLE_DEVICES "%s" 5\n'
+        "[[ -v CUDA_VISIBLE_DEVICES ]] && printenv CUDA_VISIBLE_DEVICES\n"
+        'echo "set CUDA_VISIBLE_DEVICES to choose"\n',
+        "export ASCEND_RT_VISIBLE_DEVICES=0\nread -r ASCEND_RT_VISIBLE_DEVICES <<< 3\n"
+        "for ASCEND_RT_VISIBLE_DEVICES in 4 $ASCEND_RT_VISIBLE_DEVICES; do "
+        "echo $ASCEND_RT_VISIBLE_DEVICES; done\n"
+        'printf -v ASCEND_RT_VISIBLE_DEVICES "%s" 5\n'
+        "[[ -v ASCEND_RT_VISIBLE_DEVICES ]] && printenv ASCEND_RT_VISIBLE_DEVICES\n"
+        'echo "set CUDA_VISIBLE_DEVICES to choose"\n',  # a message: reported, left as written
+    ),
+    "eval": ("export CUDA_VISIBLE_DEVICES=0,1\neval 'echo $CUDA_VISIBLE_DEVICES'\n", None),
+    "quoted heredoc": (
+        "export CUDA_VISIBLE_DEVICES=0,1\nbash <<'END'\necho $CUDA_VISIBLE_DEVICES\nEND\n",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_variable_is_renamed_everywhere_it_is_read_or_nowhere(tmp_path: Path, name: str) -> None:
+    """Run, not read: the migrated script prints what the original printed."""
+    before, after = SCRIPTS[name]
+    (tmp_path / "run.sh").write_text(before)
+    result = migrate_shell(before.encode(), INDEX, SAFE)
+    assert (result.new_source.decode() if result.new_source else None) == after
+    if after is None:
+        assert all(f.held for f in result.findings if f.rule.code == "NPU751")
+        return
+    outputs = []
+    for script in (before, after):
+        (tmp_path / "run.sh").write_text(script)
+        run = subprocess.run(["bash", "run.sh"], cwd=tmp_path, capture_output=True, text=True, check=True)
+        outputs.append(run.stdout.replace("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"))
+    assert outputs[0] == outputs[1] != ""
+
+
+MAKEFILE = (
+    "CUDA_VISIBLE_DEVICES ?= 0,1\nexport CUDA_VISIBLE_DEVICES\nifdef CUDA_VISIBLE_DEVICES\n"
+    "DEV := $(CUDA_VISIBLE_DEVICES)\nendif\n"
+    "ifeq ($(origin CUDA_VISIBLE_DEVICES), file)\nFROM := makefile\nendif\n"
+    "show:\n\t@echo $(DEV) $(FROM) $$CUDA_VISIBLE_DEVICES\n"
+)
+
+
+def test_a_makefile_renames_what_ifdef_and_origin_name(tmp_path: Path) -> None:
+    new = migrate_makefile(MAKEFILE.encode(), INDEX, SAFE).new_source
+    assert new is not None and b"CUDA" not in new
+    outputs = []
+    for text in (MAKEFILE.encode(), new):
+        (tmp_path / "Makefile").write_bytes(text)
+        run = subprocess.run(["make", "-s", "show"], cwd=tmp_path, capture_output=True, text=True, check=True)
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1] == "0,1 makefile 0,1\n"
+
+
+def test_a_makefile_holds_the_rename_where_its_text_reads_the_name() -> None:
+    text = (
+        b"CUDA_VISIBLE_DEVICES ?= 0\nexport CUDA_VISIBLE_DEVICES\nY := $(shell echo $$CUDA_VISIBLE_DEVICES)\n"
+    )
+    result = migrate_makefile(text, INDEX, SAFE)
+    assert result.new_source is None
+    assert [f.held.reason for f in result.findings if f.held] == ["renamed only in part"] * 2 + [
+        "spelled in text"
+    ]

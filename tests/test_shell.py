@@ -27,8 +27,9 @@ def test_a_launch_script_is_scanned_by_its_syntax(tmp_path: Path) -> None:
         (12, "NPU751", "safe"),  # $CUDA_VISIBLE_DEVICES inside $(...)
         (13, "NPU150", "unsafe"),  # --device cuda: a device, as far as the script can tell
         (16, "NPU751", "held"),  # in the heredoc's text: reported, left as it is
-    ], "the single-quoted string is text"
-    assert json.loads(result.stdout)["summary"]["by_file_kind"] == {"shell": 9}
+        (18, "NPU751", "held"),  # the single-quoted string is text: reported, left as it is
+    ]
+    assert json.loads(result.stdout)["summary"]["by_file_kind"] == {"shell": 10}
 
 
 def test_apply_edits_only_the_matched_names_and_bash_accepts_the_result(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from npu_migrate.engine.fixes import substituted
 from npu_migrate.engine.kinds import kind_of
@@ -32,6 +33,7 @@ class Site:
     held: Hold | None = None  # why no fix may apply here, as the handler sees it
     no_new_line: Hold | None = None  # why no line may be added before it (an add_line fix)
     detail: str | None = None  # what the finding adds to its rule's message
+    read: bool = True  # the program reads the name here (not a message's text)
 
 
 class Lines:
@@ -125,6 +127,37 @@ def _fix(rule: Rule, site: Site) -> tuple[str | None, Hold | None]:
     return text, None
 
 
+class _Decided(NamedTuple):
+    site: Site
+    rule: Rule
+    fixed: str | None  # what the site becomes, where the fix applies
+    held: Hold | None
+
+
+def _renamed_everywhere_or_nowhere(decided: list[_Decided], lines: Lines) -> list[_Decided]:
+    """A name the kind renames (a shell variable) is renamed at every site the program reads it,
+    or at none: renamed where it is set but not where a heredoc, an `eval` or a Makefile's
+    `ifdef` reads it, one variable would become two."""
+    named: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, (site, rule, _, _) in enumerate(decided):
+        if kind_of(rule.match).one_name:
+            named[(rule.code, site.text)].append(i)
+    for (_, name), members in named.items():
+        stuck = next((decided[i] for i in members if decided[i].held and decided[i].site.read), None)
+        if stuck is None or stuck.held is None:
+            continue
+        why = Hold(
+            "renamed only in part",
+            f"`{name}` is also read at line {lines.point(stuck.site.start)[0]}, where it is not renamed "
+            f"({stuck.held.reason}): renamed here alone, one variable would become two; "
+            "rename every use by hand",
+        )
+        for i in members:
+            if decided[i].fixed is not None:
+                decided[i] = decided[i]._replace(fixed=None, held=why)
+    return decided
+
+
 def _line_break(data: bytes, offset: int) -> bytes:
     """The line break of the line at `offset` (a line added before it ends the same way), or
     the file's where that line has none."""
@@ -152,6 +185,7 @@ def match_sites(
     overridden: list[str] = []
     candidates = [(site, [r for r in rules if kind_of(r.match).hit(r.match, site)]) for site in sites]
     beaten = _beaten_beside(candidates)
+    decided: list[_Decided] = []
     for site, found in candidates:
         matching = [r for r in found if (site.start, site.end, r.code) not in beaten]
         if not matching:
@@ -162,11 +196,13 @@ def match_sites(
             overridden.append(winner(catalog).code)
         if rule.code in index.silenced:  # the configuration leaves it out: neither reported nor fixed
             continue
-        fixed, held = _fix(rule, site)
-        applied = fixed is not None and rule.applicability in enabled
-        (line, column), (end_line, end_column) = lines.point(site.start), lines.point(site.end)
+        line, end_line = lines.point(site.start)[0], lines.point(site.end)[0]
         if suppressions is not None and suppressions.reason(rule.code, line, end_line):
             continue  # neither reported nor fixed
+        decided.append(_Decided(site, rule, *_fix(rule, site)))
+    for site, rule, fixed, held in _renamed_everywhere_or_nowhere(decided, lines):
+        applied = fixed is not None and rule.applicability in enabled
+        (line, column), (end_line, end_column) = lines.point(site.start), lines.point(site.end)
         findings.append(
             Finding(
                 rule=rule.info,

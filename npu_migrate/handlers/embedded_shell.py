@@ -19,6 +19,8 @@ _HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?(\w+)[\"']?")
 _MAKE_ASSIGNMENT = re.compile(rb"(export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*([:?+!]?=|::=)")
 _RECIPE_PREFIX = re.compile(rb"\t[ \t@+-]*")
 _MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, not the shell's $$(...)
+# Where make names a variable without expanding it: `ifdef NAME`, `$(origin NAME)`
+_MAKE_NAMED = re.compile(rb"^[ \t]*ifn?def[ \t]+(\w+)|(?<!\$)\$[({](?:origin|flavor|value)[ \t]+(\w+)[)}]")
 
 
 def migrate_dockerfile(
@@ -32,10 +34,13 @@ def migrate_dockerfile(
 def migrate_makefile(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(data, makefile_view(data), index, enabled, Suppressions.in_lines(data))
+    view = makefile_view(data)
+    texts = makefile_text(data, view)
+    return migrate_script(data, view, index, enabled, Suppressions.in_lines(data), texts)
 
 
-def _blank(text: bytes) -> bytes:
+def blanked(text: bytes) -> bytes:
+    """The text as spaces, its line breaks kept: bytes at the same offsets that bash reads as nothing."""
     return re.sub(rb"[^\n]", b" ", text)
 
 
@@ -57,7 +62,7 @@ def dockerfile_view(data: bytes) -> bytes:
     default, as assignments (the legacy `ENV KEY value` as `KEY=value`); FROM as a command whose
     words name the image (its tag says CUDA); every other instruction and exec forms (JSON
     arrays) blanked. A heredoc a RUN opens keeps its text up to its terminator."""
-    view = bytearray(_blank(data))
+    view = bytearray(blanked(data))
     lines = _logical_lines(data)
     number = 0
     while number < len(lines):
@@ -95,7 +100,7 @@ def _env_assignments(body: bytes) -> bytes:
     and its value, which may hold spaces unquoted, blanked."""
     legacy = re.match(rb"([A-Za-z_][A-Za-z0-9_]*)([ \t]+)", body)
     if legacy and b"=" not in body[: legacy.end()]:
-        return legacy[1] + b"=" + _blank(body[legacy.end(1) + 1 :])
+        return legacy[1] + b"=" + blanked(body[legacy.end(1) + 1 :])
     return body
 
 
@@ -103,8 +108,9 @@ def makefile_view(data: bytes) -> bytes:
     """Recipe lines (a tab first) as shell, make's `$$` read as the shell's `$` and its variable
     references `$(NAME)` as the shell's `${NAME}` (a variable renamed where it is set is renamed
     where it is read); variable assignments and `export NAME` lines as assignments, their values
-    blanked but for the variables they read; rules, directives and comments blanked."""
-    view = bytearray(_blank(data))
+    blanked but for the variables they read; rules, directives and comments blanked but for the
+    variables they read or name (`ifdef NAME`, `$(origin NAME)`, read as `$NAME`)."""
+    view = bytearray(blanked(data))
     for start, end in _logical_lines(data):
         text = data[start:end]
         prefix = _RECIPE_PREFIX.match(text)
@@ -115,11 +121,37 @@ def makefile_view(data: bytes) -> bytes:
         assignment = _MAKE_ASSIGNMENT.match(text)
         if assignment:
             name_start, name_end = assignment.span(2)
-            value = bytearray(_blank(text[name_end + 1 :]))
-            for reference in _MAKE_REFERENCE.finditer(text, assignment.end()):
-                at = reference.start() - name_end - 1
-                value[at : at + len(reference[0])] = b"${%s}" % reference[1]
-            view[start + name_start : end] = assignment[2] + b"=" + bytes(value)
+            view[start + name_start : start + name_end + 1] = text[name_start:name_end] + b"="
+            _references(text, assignment.end(), start, view)
         elif text.startswith(b"export "):
             view[start:end] = text
+        else:
+            _references(text, 0, start, view)
     return bytes(view)
+
+
+def _references(text: bytes, after: int, start: int, view: bytearray) -> None:
+    """The variables a line of make reads or names from `after` on, written into the view as
+    the shell's expansions, each at its place."""
+    code = text.split(b"#")[0] if not _RECIPE_PREFIX.match(text) else text
+    for reference in _MAKE_REFERENCE.finditer(code, after):
+        at = start + reference.start()
+        view[at : at + len(reference[0])] = b"${%s}" % reference[1]
+    for named in _MAKE_NAMED.finditer(code, after):
+        group = 1 if named[1] else 2
+        at = start + named.start(group)
+        view[at - 1 : at + len(named[group])] = b"$" + named[group]
+
+
+def makefile_text(data: bytes, view: bytes) -> list[tuple[int, int]]:
+    """The spans of a Makefile's text that its view blanks, short of its comments: what make
+    does with a name spelled there (`$(filter NAME,...)`, a `$(shell ...)`) decides."""
+    spans = []
+    for start, end in _logical_lines(data):
+        text = data[start:end]
+        if _RECIPE_PREFIX.match(text):
+            continue
+        code_end = start + len(text.split(b"#")[0])
+        for blank in re.finditer(rb"[ \n]+", view[start:code_end]):
+            spans.append((start + blank.start(), start + blank.end()))
+    return spans

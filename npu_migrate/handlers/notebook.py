@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from npu_migrate.engine.index import RuleIndex
+from npu_migrate.handlers.notebook_shell import migrate_magics, shell_view
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
 
 _CELL = "# <npu-migrate-cell {}>"
@@ -41,14 +42,23 @@ def migrate_notebook(
     except NotANotebook as exc:
         return FileResult(error=f"not a notebook: {exc}")
     cells = notebook["cells"]
-    code, starts, magics = _module(cells)
+    code, starts, magics, views = _module(cells)
     if not starts:
         return FileResult()
     result = migrate_source(code.encode("utf-8"), index, enabled, NO_MODULE)
     if result.error:
         return replace(result, error=_ERROR_LINE.sub(lambda m: _where(starts, int(m[1])), result.error))
+    shell = migrate_magics(magics, views, index, enabled)
+    if shell.error:
+        return FileResult(error=f"its shell lines: {shell.error}", tool_failed=True)
     in_cell = _relocator(code, starts, magics)
-    result.findings = [in_cell(f) for f in result.findings]
+    magic_lines = _magic_lines(code)
+    python = [f for f in result.findings if magic_lines.get(f.line) not in shell.read]  # bash read those
+    by_line = {k + 1: line for line, k in magic_lines.items()}
+    in_shell = [_in_cell(f, by_line, starts) for f in shell.findings]
+    result.findings = sorted(
+        [*map(in_cell, python), *in_shell], key=lambda f: (f.cell or 0, f.line, f.column)
+    )
     result.unused_suppressions = [_cell_line(starts, n)[1] for n in result.unused_suppressions]
     if not result.findings:
         return result
@@ -62,11 +72,24 @@ def migrate_notebook(
             for f in result.findings
         ]
         return replace(result, findings=held, new_source=None, added_imports=[], added_helpers=[])
-    if result.new_source is None:
+    if result.new_source is None and shell.rewritten is None:
         return result
-    _put_back(cells, result.new_source.decode("utf-8"), magics)
+    new_code = result.new_source.decode("utf-8") if result.new_source is not None else code
+    _put_back(cells, new_code, shell.rewritten or magics)
     result.new_source = _dump(notebook, *layout)
     return result
+
+
+def _magic_lines(code: str) -> dict[int, int]:
+    """{line of the module: the index of the magic line standing in there}."""
+    found = (_MAGIC_LINE.search(line) for line in code.splitlines())
+    return {number: int(magic[1]) for number, magic in enumerate(found, 1) if magic}
+
+
+def _in_cell(f: Finding, module_line: dict[int, int], starts: dict[int, int]) -> Finding:
+    """A finding of the notebook's shell (its line: the magic's index, from 1) in its cell."""
+    cell, line = _cell_line(starts, module_line[f.line])
+    return replace(f, cell=cell + 1, line=line, end_line=_cell_line(starts, module_line[f.end_line])[1])
 
 
 class NotANotebook(Exception):
@@ -107,7 +130,7 @@ def python_of(data: bytes) -> tuple[bytes, Callable[[Finding], Finding]] | None:
         cells = _notebook(data)["cells"]
     except NotANotebook:
         return None
-    code, starts, magics = _module(cells)
+    code, starts, magics, _ = _module(cells)
     return (code.encode("utf-8"), _relocator(code, starts, magics)) if starts else None
 
 
@@ -129,11 +152,13 @@ def _relocator(code: str, starts: dict[int, int], magics: list[str]) -> Callable
     return in_cell
 
 
-def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]]:
-    """The code cells as one module; {cell index: the line of its marker}; the magic lines."""
+def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str], list[bytes]]:
+    """The code cells as one module; {cell index: the line of its marker}; the magic lines, and
+    each as bash reads what IPython runs of it."""
     lines: list[str] = []
     starts: dict[int, int] = {}
     magics: list[str] = []
+    views: list[bytes] = []
     for number, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
@@ -152,6 +177,7 @@ def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]
                 call = _as_python(("!" if shell else "") + stripped.rstrip("\r\n"))
                 lines.append(indent + call + _MAGIC.format(len(magics)) + "\n")
                 magics.append(line)
+                views.append(shell_view(line, bool(shell)))
                 continued = indent if stripped.rstrip("\r\n").endswith("\\") else None
             else:
                 lines.append(line if line.endswith(("\n", "\r")) else line + "\n")
@@ -161,7 +187,7 @@ def _module(cells: list[dict[str, Any]]) -> tuple[str, dict[int, int], list[str]
         starts = {
             cell: start + (start >= first) for cell, start in starts.items()
         }  # the first: at the import
-    return "".join(lines), starts, magics
+    return "".join(lines), starts, magics, views
 
 
 SHELL_CELLS = frozenset({"bash", "sh", "script", "system"})  # a %%bash cell's lines run in a shell

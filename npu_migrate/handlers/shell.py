@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Any
 
@@ -20,8 +20,9 @@ from npu_migrate.handlers.dependencies import Found, requirement_sites
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 IN_TEXT = Hold(
-    "in a heredoc's text",
-    "it is in a heredoc's text, which npu-migrate leaves as it is: what reads the text decides",
+    "spelled in text",
+    "it is spelled in text (a quoted heredoc's body, an `eval` or `bash -c` string, a command's "
+    "argument), which npu-migrate leaves as it is: what reads the text decides",
 )
 _NAME = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]*\b")
 IN_COMMAND = Hold("installed by a script", "a script installs it: add to this command by hand")
@@ -55,25 +56,36 @@ def migrate_script(
     index: RuleIndex,
     enabled: frozenset[Applicability],
     suppressions: Suppressions | None = None,
+    texts: Sequence[tuple[int, int]] = (),
 ) -> FileResult:
     """A script's result. `view` is what bash parses: the file itself, or (a Dockerfile, a
     Makefile) the file with what is not shell blanked out, byte for byte at the same offsets.
     `suppressions`: the file's own (None: those in the script's comments, as bash reads them;
-    a heredoc's body or a quoted argument holds none)."""
+    a heredoc's body or a quoted argument holds none). `texts`: spans of the file that are text
+    to it (a Makefile's function calls), where a name spelled is reported, never renamed."""
     tree = _parser().parse(_without_last_continuation(view))
-    if tree.root_node.has_error:
-        line = _first_error(tree.root_node).start_point[0] + 1
+    if (line := _unparsable(tree)) is not None:
         return FileResult(error=f"line {line}: not a script bash can parse")
     if suppressions is None:
         suppressions = Suppressions.in_comments(data, _comments(tree.root_node))
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
-    sites = [*_sites(tree.root_node, view), *installed]
+    spelled = (site for start, end in texts for site in _spelled_in(data, start, end, read=True))
+    sites = [*_sites(tree.root_node, view), *spelled, *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         return FileResult(
             error=f"the fixes would leave a script bash -n refuses: {refused}", tool_failed=True
         )
     return site_result(matched, data, suppressions)
+
+
+def unparsable_line(view: bytes) -> int | None:
+    """The first line of a script that bash's grammar cannot read, or None."""
+    return _unparsable(_parser().parse(_without_last_continuation(view)))
+
+
+def _unparsable(tree: Any) -> int | None:
+    return _first_error(tree.root_node).start_point[0] + 1 if tree.root_node.has_error else None
 
 
 def _without_last_continuation(view: bytes) -> bytes:
@@ -90,18 +102,18 @@ def _site(node: Any, data: bytes, kind: str, held: Hold | None = None) -> Site:
     return Site(kind, node.start_byte, node.end_byte, text, held=held)
 
 
-def _sites(node: Any, data: bytes) -> Iterator[Site]:
-    """Variable names where they are set, exported or expanded, commands (their fix held when
-    they run with arguments) and their literal arguments, in order; in a heredoc's body (text,
-    which what reads it interprets), the names it spells, reported but never fixed; nothing in a
-    comment."""
+def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
+    """Variable names where they are set, exported, expanded or named to a command that takes a
+    variable's name (`read NAME`, `for NAME in`, `[[ -v NAME ]]`); commands (their fix held when
+    they run with arguments) and their literal arguments, in order. A name spelled in text (a
+    quoted heredoc's body, an `eval` or `bash -c` string, any other word) is reported there but
+    never renamed: what reads the text decides; where that text is written out (an `echo`'s
+    message, a heredoc to `cat`: `read` False), the program does not read the name there.
+    Nothing in a comment."""
     if node.type == "comment":
         return
-    if node.type == "heredoc_body":
-        body = data[node.start_byte : node.end_byte]
-        for spelled in _NAME.finditer(body):
-            start, end = node.start_byte + spelled.start(), node.start_byte + spelled.end()
-            yield Site("variable", start, end, spelled[0].decode(errors="replace"), held=IN_TEXT)
+    if node.type in _TEXT:
+        yield from _mentions(node, data, read)
         return
     if node.type in ("variable_assignment", "simple_expansion", "expansion"):
         name = next((c for c in node.children if c.type == "variable_name"), None)
@@ -110,8 +122,20 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
         value = node.children[-1] if node.type == "variable_assignment" else None
         if value is not None and value is not name:  # a value is a word too (IMAGE=nvidia/cuda:12.1)
             yield from _word(value, data)
-    elif node.type in ("declaration_command", "unset_command"):  # `export NAME`, `unset NAME`
+            yield from _sites(value, data)
+        return
+    if node.type in ("declaration_command", "unset_command", "for_statement"):  # `export NAME`
         yield from (_site(c, data, "variable") for c in node.children if c.type == "variable_name")
+    elif node.type == "redirected_statement":  # `cat > job.env <<END`: the text is written out
+        command = next((c for c in node.children if c.type == "command"), None)
+        name = next((c for c in command.children if c.type == "command_name"), None) if command else None
+        written = name is not None and _text(name, data) in _WRITERS
+        for child in node.children:
+            yield from _sites(child, data, read and not (written and child.type == "heredoc_redirect"))
+        return
+    elif node.type == "unary_expression" and _text(node.children[0], data) == "-v":  # [[ -v NAME ]]
+        yield from (_site(c, data, "variable") for c in node.children[1:] if c.type == "word")
+        return
     elif node.type == "command":
         name = next((c for c in node.children if c.type == "command_name"), None)
         if name is not None:
@@ -120,8 +144,58 @@ def _sites(node: Any, data: bytes) -> Iterator[Site]:
             yield _site(name, data, "command", held=PLAIN_ONLY if given else None)
             for argument in given:
                 yield from _word(argument, data)
+            command = _text(name, data)
+            named = set(_variables_named(command, given, data))
+            yield from (_site(a, data, "variable") for a in given if a in named)
+            said = command in _WRITERS and "-v" not in [_text(a, data) for a in given]
+            for child in node.children:
+                if child not in named:
+                    yield from _sites(child, data, read and not said)
+            return
     for child in node.children:
-        yield from _sites(child, data)
+        yield from _sites(child, data, read)
+
+
+_WRITERS = {"echo", "printf", "cat", "tee"}  # the text they are given is written out, not run
+_TEXT = {"word", "string_content", "raw_string", "ansi_c_string", "heredoc_content", "heredoc_body"}
+_NAMES_TAKEN = {"read": "dinNptu", "mapfile": "dnOstuCc", "readarray": "dnOstuCc", "printenv": ""}
+
+
+def _variables_named(command: str, arguments: list[Any], data: bytes) -> Iterator[Any]:
+    """The arguments that name a variable: `read`'s and `mapfile`'s names (not their options'
+    values), `printenv`'s, and the name after `printf -v` or `env -u`."""
+    valued = _NAMES_TAKEN.get(command)
+    after = ""
+    for argument in arguments:
+        text = _text(argument, data) if argument.type == "word" else ""
+        if (valued is not None and text.isidentifier() and not after) or (
+            (command, after) in (("printf", "-v"), ("env", "-u")) and text.isidentifier()
+        ):
+            yield argument
+        flag = text[1:] if text.startswith("-") and len(text) == 2 else ""
+        after = text if flag and (valued is None or flag in valued) else ""
+
+
+def _mentions(node: Any, data: bytes, read: bool) -> Iterator[Site]:
+    """Each name spelled in a text node, outside the expansions in it (an unquoted heredoc's
+    `$NAME` is the shell's own, and renamed as any other)."""
+    at = node.start_byte
+    for child in [*node.children, None]:
+        yield from _spelled_in(data, at, child.start_byte if child is not None else node.end_byte, read)
+        if child is not None:
+            yield from _sites(child, data, read)
+            at = child.end_byte
+
+
+def _spelled_in(data: bytes, start: int, end: int, read: bool) -> Iterator[Site]:
+    """A site, held, for each name spelled in the text between start and end."""
+    for spelled in _NAME.finditer(data, start, end):
+        text = spelled[0].decode(errors="replace")
+        yield Site("variable", spelled.start(), spelled.end(), text, held=IN_TEXT, read=read)
+
+
+def _text(node: Any, data: bytes) -> str:
+    return data[node.start_byte : node.end_byte].decode(errors="replace")
 
 
 def _word(node: Any, data: bytes) -> Iterator[Site]:

@@ -115,6 +115,7 @@ class Kind(ABC, Generic[Schema]):
     matcher_type: ClassVar[type[Matcher]]  # its hooks over one file
     fixes: ClassVar[frozenset[str]] = frozenset()  # the fix kinds its rules may use
     content: ClassVar[str] = "python"  # the kind of file its rules match in (else: engine/sites.py)
+    one_name: ClassVar[bool] = False  # a name its rules rename everywhere in a file or nowhere
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = [r for r in rules if isinstance(r.match, self.schema)]

@@ -35,6 +35,7 @@ class ShellEnvKind(SiteKind):
     schema = ShellEnvMatch
     fixes = frozenset({"substitute"})
     content: ClassVar[str] = "shell"
+    one_name: ClassVar[bool] = True
 
     @staticmethod
     def keys(match: ShellEnvMatch) -> set[str]:
