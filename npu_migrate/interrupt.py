@@ -9,8 +9,10 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 
 class Interrupted(BaseException):
@@ -46,12 +48,16 @@ def _kill_now(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-def ending() -> None:
-    """All is said and the exit code chosen: a signal from now on changes nothing. (Left to a
-    Python handler, one arriving while the interpreter shuts down would kill the process by the
-    signal instead: CPython puts the default action back for the handlers it set.)"""
+def exit_now(code: int) -> NoReturn:
+    """All is said and the exit code chosen: end without the interpreter's shutdown, where a
+    signal would kill the process by the signal (CPython puts the default action back for the
+    handlers it set) and the process pool's exit hook can race its own closing pipes."""
     for each in (signal.SIGINT, signal.SIGTERM):
         signal.signal(each, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def stop_workers() -> None:

@@ -19,9 +19,10 @@ class RefusedWrite(Exception):
 
 
 def write_atomic(path: Path, data: bytes, read: bytes | None = None) -> str | None:
-    """Replace `path` with `data` in one step, keeping its permission bits and, where this user
-    may, its owner. With `read` (the bytes the run read): refuse when the file no longer holds
-    them. Returns what could not be kept (hard links to the file keep the old content)."""
+    """Replace `path` with `data` in one step, keeping its permission bits, its extended
+    attributes (POSIX ACLs, SELinux labels among them) and, where this user may, its owner. With
+    `read` (the bytes the run read): refuse when the file no longer holds them. Returns what
+    could not be kept (hard links to the file keep the old content)."""
     if read is not None:
         try:
             current = path.read_bytes()
@@ -45,13 +46,31 @@ def write_atomic(path: Path, data: bytes, read: bytes | None = None) -> str | No
             if (before.st_uid, before.st_gid) != (os.getuid(), os.getgid()):
                 with contextlib.suppress(PermissionError):
                     os.chown(tmp, before.st_uid, before.st_gid)
+        lost = _attributes_copied(path, tmp) if before is not None else []
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    notes = [f"its extended attribute(s) {', '.join(lost)} could not be kept"] if lost else []
     if before is not None and before.st_nlink > 1:
-        return f"had {before.st_nlink - 1} other hard link(s), which keep the old content"
-    return None
+        notes.append(f"had {before.st_nlink - 1} other hard link(s), which keep the old content")
+    return "; ".join(notes) or None
+
+
+def _attributes_copied(source: Path, target: str) -> list[str]:
+    """Copy the extended attributes of source onto target; the names that could not be set
+    (a `trusted.` one without the privilege; none where the file system has none)."""
+    try:
+        names = os.listxattr(source)
+    except OSError:
+        return []
+    lost = []
+    for name in names:
+        try:
+            os.setxattr(target, name, os.getxattr(source, name))
+        except OSError:
+            lost.append(name)
+    return lost
 
 
 def write_output(path: Path, data: bytes) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -216,6 +217,24 @@ def test_a_hard_link_is_reported(tmp_path: Path) -> None:
     run = cli("apply", root, cwd=tmp_path)
     assert "other hard link(s)" in run.stdout
     assert (root / "a.py").read_text() == MIGRATED
+
+
+def test_extended_attributes_and_acls_are_kept(tmp_path: Path) -> None:
+    """A rewrite is a new file: what the old one carried besides its bytes goes onto it (a POSIX
+    ACL is the `system.posix_acl_access` attribute)."""
+    root = tree(tmp_path, {"a.py": CUDA})
+    try:
+        os.setxattr(root / "a.py", "user.origin", b"customer-drop-3")
+    except OSError:
+        pytest.skip("this file system keeps no extended attributes")
+    # `setfacl -m u:nobody:r`, in the kernel's format: version 2, then (tag, permissions, id)
+    entries = [(0x01, 6, -1), (0x02, 4, 65534), (0x04, 4, -1), (0x10, 4, -1), (0x20, 4, -1)]
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHi", *entry) for entry in entries)
+    os.setxattr(root / "a.py", "system.posix_acl_access", acl)
+    cli("apply", root, cwd=tmp_path)
+    assert (root / "a.py").read_text() == MIGRATED
+    assert os.getxattr(root / "a.py", "user.origin") == b"customer-drop-3"
+    assert os.getxattr(root / "a.py", "system.posix_acl_access") == acl
 
 
 @pytest.mark.parametrize(

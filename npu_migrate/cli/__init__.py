@@ -13,7 +13,7 @@ import typer.core
 from rich.markup import escape
 
 from npu_migrate.cli import apply, common, rules, run, scan, verify
-from npu_migrate.interrupt import Interrupted, ending, interrupt
+from npu_migrate.interrupt import Interrupted, exit_now, interrupt
 
 app = typer.Typer(
     help="Move PyTorch CUDA code to Ascend NPUs: scan an inventory, apply the rewrite, run and verify "
@@ -76,8 +76,7 @@ def main() -> None:
     except Interrupted as stop:
         left = f"; {stop.left}" if stop.left else ""
         common.err.print(f"interrupted by {signal.Signals(stop.signum).name}{left}")
-        ending()
-        raise SystemExit(128 + stop.signum) from None
+        exit_now(128 + stop.signum)
     except Exception as exc:  # the tool's own failure, not the user's input
         common.err.print(
             f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
