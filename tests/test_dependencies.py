@@ -81,13 +81,13 @@ def test_conda_environment_channels_specs_and_pip_lines() -> None:
 
 def test_requirements_keep_comments_options_and_markers() -> None:
     text = (
-        "-r base.txt\ntorch==2.1.0+cu118 --hash=sha256:abc  # cluster\n\n"
+        "-r base.txt\ntorch==2.1.0+cu118 --no-binary=:none:  # cluster\n\n"
         "torchaudio==2.1.0+cu118; python_version>'3.8'\n"
     )
     result = migrate("requirements", text)
     assert result.new_source is not None
     assert result.new_source.decode() == (
-        "-r base.txt\ntorch_npu==2.1.0.*\ntorch==2.1.0 --hash=sha256:abc  # cluster\n\n"
+        "-r base.txt\ntorch_npu==2.1.0.*\ntorch==2.1.0 --no-binary=:none:  # cluster\n\n"
         "torchaudio==2.1.0; python_version>'3.8'\n"
     )
 

@@ -15,6 +15,7 @@ from npu_migrate.engine.source import migrate_source
 from npu_migrate.handlers.dependencies import migrate_requirements
 from npu_migrate.handlers.embedded_shell import migrate_makefile
 from npu_migrate.handlers.shell import migrate_shell
+from npu_migrate.rules.testing import ALL_FIXES
 
 from .test_engine import INDEX, SAFE
 
@@ -123,6 +124,15 @@ def test_a_last_line_without_a_break_takes_the_files() -> None:
 )
 def test_no_line_pip_would_refuse_is_added(text: str, reason: str) -> None:
     assert requirements(text) == (None, [reason])
+
+
+def test_no_hashed_requirement_is_edited() -> None:
+    """Hashes pin the exact wheel: a CUDA build's pin or index changed in place stops the install
+    as surely as a requirement added without its hash."""
+    text = "--extra-index-url https://download.pytorch.org/whl/cu118\ntorch==2.1.0+cu118 --hash=sha256:aa\n"
+    result = migrate_requirements(text.encode(), INDEX, ALL_FIXES)
+    held = [f.held.reason if f.held else None for f in result.findings]
+    assert result.new_source is None and len(held) == 3 and set(held) == {"hash-checking mode"}
 
 
 def test_a_backslash_in_a_comment_continues_nothing() -> None:

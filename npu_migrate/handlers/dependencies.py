@@ -46,8 +46,8 @@ CONTINUED = Hold(
 )
 HASHED = Hold(
     "hash-checking mode",
-    "pip installs this file in hash-checking mode (`--hash`), where a requirement without its hash "
-    "stops the install; add it by hand with its `--hash` values",
+    "pip installs this file in hash-checking mode (`--hash`): hashes pin the exact wheels, so a "
+    "requirement or index changed or added without its new hashes stops the install; edit by hand",
 )
 _HASHES = re.compile(r"(^|\s)--(hash|require-hashes)\b")
 _PIP_COMMENT = re.compile(r"(^|\s+)#")  # pip's: a `\\` after it does not continue the line
@@ -216,11 +216,12 @@ def _exact(version: str, conda: bool) -> str | None:
 def _requirements_lines(data: bytes) -> Iterator[Found]:
     """Each requirement and each index option or link of a requirements file, where it is. A
     line can be added before a requirement only where it starts a line as pip joins them (not
-    after a line continued with `\\`), and only in a file pip does not install in hash-checking
-    mode (there, a requirement without its `--hash` stops the install)."""
+    after a line continued with `\\`). Nothing is edited in a file pip installs in hash-checking
+    mode: its hashes pin the exact wheels the file names now."""
     text = data.decode("utf-8")
     lines = text.splitlines(keepends=True)  # as pip splits them
     hashed = any(_HASHES.search(line.split(" #")[0]) for line in lines if not line.lstrip().startswith("#"))
+    held = HASHED if hashed else None
     offset, continued = 0, False
     for raw in lines:
         line = raw.rstrip("\r\n")
@@ -235,12 +236,12 @@ def _requirements_lines(data: bytes) -> Iterator[Found]:
         lead = start + len(line[: len(line) - len(line.lstrip())].encode())
         if stripped.startswith("-"):
             for option in _PIP_OPTION.finditer(body):
-                yield Found(start + len(body[: option.start(3)].encode()), option[3], "index")
+                yield Found(start + len(body[: option.start(3)].encode()), option[3], "index", held)
         elif re.match(r"[a-z+]+://", stripped):  # a wheel or archive by its URL
-            yield Found(lead, stripped.split()[0], "index")
+            yield Found(lead, stripped.split()[0], "index", held)
         else:  # a requirement, less the per-requirement options pip takes after it (--hash)
-            no_new_line = CONTINUED if after_continued else HASHED if hashed else None
-            yield Found(lead, stripped.rstrip("\\").split(" --")[0].rstrip(), no_new_line=no_new_line)
+            requirement = stripped.rstrip("\\").split(" --")[0].rstrip()
+            yield Found(lead, requirement, held=held, no_new_line=CONTINUED if after_continued else None)
 
 
 def _pyproject_strings(document: dict) -> Iterator[tuple[str, str]]:
