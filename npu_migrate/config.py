@@ -96,7 +96,7 @@ def load_config(explicit: Path | None, start: Path) -> Config:
         raise ConfigError(f"{path}: [tool.npu-migrate] {where}: {first['msg']}") from None
 
 
-_OURS = re.compile(r"^\s*\[\s*tool\s*\.\s*[\"']?npu-migrate\b", re.MULTILINE)
+_OURS = re.compile(r"^[ \t]*\[[ \t]*tool[ \t]*\.[ \t]*[\"']?npu-migrate\b", re.MULTILINE)  # one line
 
 
 def _table(path: Path, explicit: bool = True) -> dict | None:

@@ -212,3 +212,11 @@ def test_a_makefile_holds_the_rename_where_its_text_reads_the_name() -> None:
     assert [f.held.reason for f in result.findings if f.held] == ["renamed only in part"] * 2 + [
         "spelled in text"
     ]
+
+
+def test_a_script_bash_refuses_is_not_read_rather_than_a_tool_error() -> None:
+    """The shell grammar is more tolerant than bash: where bash -n refuses the script as it is,
+    fixes it would refuse too are the input's fault (fuzz case: a Python line spliced in)."""
+    script = b"#!/bin/bash\nF.f(q, k)#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0\n"
+    result = migrate_shell(script, INDEX, SAFE)
+    assert result.error and "not a script bash can parse" in result.error and not result.tool_failed

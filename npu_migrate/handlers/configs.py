@@ -82,8 +82,10 @@ def _as_yaml(json_text: str) -> str:
     return _JSONC_COMMENT.sub(_blanked, _NOT_YAML.sub(" ", json_text))
 
 
-# A JSON string (skipped whole, so that `//` in a URL is no comment), or a comment.
-_JSONC_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+# A JSON string (skipped whole, so that `//` in a URL is no comment), or a comment. One left open
+# runs to its line's end (a string) or the file's (a comment): each start scans on once, not again
+# from every later quote.
+_JSONC_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|/\*.*?(?:\*/|\Z)', re.DOTALL)
 
 
 def _blanked(match: re.Match[str]) -> str:

@@ -50,7 +50,7 @@ HASHED = Hold(
     "requirement or index changed or added without its new hashes stops the install; edit by hand",
 )
 _HASHES = re.compile(r"(^|\s)--(hash|require-hashes)\b")
-_PIP_COMMENT = re.compile(r"(^|\s+)#")  # pip's: a `\\` after it does not continue the line
+_PIP_COMMENT = re.compile(r"(?:^|(?<=\s))#")  # pip's: a `\\` after it does not continue the line
 _PIP_OPTION = re.compile(r"(-i|--index-url|--extra-index-url|-f|--find-links)(\s*=\s*|\s+)(\S+)")
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*")
 _CONDA_SPEC = re.compile(r"\s*(?:([\w./-]+)::)?([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*")
@@ -176,8 +176,7 @@ def _sites(entry: Found) -> Iterator[Site]:
     if entry.kind == "index":
         yield Site("index", start, start + len(text.encode()), text, held=entry.held)
         return
-    grammar = _CONDA_SPEC if entry.kind == "conda" else _NAME
-    named = grammar.match(text)
+    named = _CONDA_SPEC.match(text) if entry.kind == "conda" else _NAME.match(text)
     if named is None:
         return
     name = normalized(named[2] if entry.kind == "conda" else named[1])

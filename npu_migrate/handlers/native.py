@@ -18,11 +18,14 @@ from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 if TYPE_CHECKING:
     from npu_migrate.engine.index import RuleIndex
 
-_COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+# A string or comment left open runs to its line's (the file's) end: scanned once, not from every quote.
+_COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"?', re.DOTALL)
 _PYBIND = re.compile(rb"PYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY = re.compile(rb"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _LIBRARY_IMPL = re.compile(rb"TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
-_KERNEL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s)?[*&\s]*(\w+)\s*(?:<[^;{()]*>\s*)?\(")
+# The last word before the first `(` after `__global__` (template arguments between): one way to
+# read the spaces between, where three quantifiers over them took cubic time.
+_KERNEL = re.compile(rb"__global__\b[^;{()]*?(\w+)\s*(?:<[^;{()]*>\s*)?\(")
 _LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 _CUDA_MARKS = re.compile(
     rb"#\s*include\s*[<\"](cuda|cublas|cudnn|ATen/cuda/|c10/cuda/|thrust/)|<<<|\bcudaStream_t\b|__global__"

@@ -73,6 +73,8 @@ def migrate_script(
     sites = [*_sites(tree.root_node, view), *spelled, *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
+        if (unmigrated := _bash_refuses(view)) is not None:  # the input's fault, not the fixes'
+            return FileResult(error=f"not a script bash can parse: {unmigrated}")
         return FileResult(
             error=f"the fixes would leave a script bash -n refuses: {refused}", tool_failed=True
         )
