@@ -1,6 +1,7 @@
 """scan and apply on whole real repositories, as a user checks them out: no tool error (exit 2),
 no file near the per-file time limit, and every file apply rewrites still accepted by the tool
-that reads it (Python's parser, bash -n, the JSON, YAML and TOML parsers) where it was before.
+that reads it (Python's parser, bash -n, the JSON, YAML and TOML parsers) where it was before;
+no file left unread ("not a script bash can parse", "not YAML or JSON") that such a parser accepts.
 
     python benchmarks/real_repos.py [--mirrors DIR] [--only NAME ...] [--jobs N]
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import glob
 import json
 import subprocess
 import sys
@@ -36,10 +38,27 @@ from npu_migrate.rules.testing import ALL_FIXES
 SLOW_S = 10.0  # a tenth of the per-file limit: a file this slow is a file that may one day hit it
 
 
-def clone(mirror: Path, into: Path) -> Path:
+def git(tree: Path, *arguments: str, given: str | None = None) -> str:
+    return subprocess.run(
+        ["git", "-C", str(tree), *arguments], input=given, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def clone(mirror: Path, into: Path) -> tuple[Path, list[str]]:
+    """A checkout of the mirror's HEAD, and the files it could not hold: a fetched mirror may
+    lack its largest blobs, which are checked out as absent (sparsely) rather than failing."""
     target = into / mirror.parent.name
-    subprocess.run(["git", "clone", "-q", "--shared", str(mirror), str(target)], check=True)
-    return target
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(target)], check=True)
+    listed = [line.split("\t", 1) for line in git(target, "ls-tree", "-r", "-z", "HEAD").split("\0") if line]
+    entries = [(meta, path) for meta, path in listed if meta.split()[1] == "blob"]  # not submodules
+    blobs = [meta.split()[2] for meta, _ in entries]
+    states = git(target, "cat-file", "--batch-check", given="\n".join(blobs) + "\n").splitlines()
+    absent = [path for (_, path), state in zip(entries, states, strict=True) if state.endswith(" missing")]
+    if absent:
+        patterns = ["/*", *("!/" + glob.escape(path) for path in absent)]
+        git(target, "sparse-checkout", "set", "--no-cone", "--stdin", given="\n".join(patterns) + "\n")
+    git(target, "checkout", "-q", "HEAD")
+    return target, absent
 
 
 def watched(command: list[str]) -> tuple[int, float, float, str]:
@@ -85,9 +104,7 @@ def parses(path: Path) -> bool:
 
 def broken_by_apply(tree: Path) -> tuple[int, list[str]]:
     """(files apply changed, those a parser accepted before and refuses now)."""
-    changed = subprocess.run(
-        ["git", "-C", str(tree), "diff", "--name-only"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    changed = [name for name in git(tree, "diff", "--name-only", "-z").split("\0") if name]
     broken = []
     for name in changed:
         now = tree / name
@@ -135,7 +152,7 @@ def main() -> None:
     failures = 0
     for mirror in mirrors:
         with tempfile.TemporaryDirectory() as scratch:
-            tree = clone(mirror, Path(scratch))
+            tree, absent = clone(mirror, Path(scratch))
             rc, seconds, mib, out = watched(
                 cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache")
             )
@@ -145,17 +162,27 @@ def main() -> None:
                 cli("apply", str(tree), "--unsafe", "-j", args.jobs, "--no-change-list")
             )
             changed, broken = broken_by_apply(tree)
-            subprocess.run(["git", "-C", str(tree), "checkout", "-q", "."], check=True)
+            git(tree, "checkout", "-q", ".")
             name, slow, floor = slowest_file(tree, index)
-        failures += rc == 2 or applied == 2 or bool(broken) or slow > SLOW_S
+            refused = [
+                u["file"] for u in unread if u["file"].endswith(tuple(PARSERS)) and parses(Path(u["file"]))
+            ]
+        failures += rc == 2 or applied == 2 or bool(broken) or bool(refused) or slow > SLOW_S
         print(
             f"{mirror.parent.name} {summary.get('files', 0)} ({rc},{seconds:.1f},{mib:.0f}) {len(errors)} "
             f"{len(unread)} ({applied},{changed}) {len(broken)} {name}({slow:.2f},{floor:.3f})",
             flush=True,
         )
+        if absent:
+            print(f"    {len(absent)} file(s) absent from the mirror, not checked out: {absent[:3]}")
         for problem in [*errors, *unread, *broken]:
             print(f"    {problem}")
-    print(f"{len(mirrors)} repositories, {failures} with a tool error, a broken file or a slow file")
+        for file in refused:
+            print(f"    left unread, yet its own parser accepts it: {file}")
+    print(
+        f"{len(mirrors)} repositories, {failures} with a tool error, a broken file, a parseable file "
+        "left unread or a slow file"
+    )
 
 
 if __name__ == "__main__":

@@ -146,3 +146,20 @@ def test_json_with_comments_is_read_and_its_comments_kept(tmp_path: Path) -> Non
     result = run_cli("apply", "--unsafe", str(config), cwd=tmp_path)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert config.read_text() == text.replace('"device": "cuda"', '"device": "npu"')
+
+
+def test_json_with_comments_may_open_with_a_comment(tmp_path: Path) -> None:
+    """litgpt's devcontainer.json opens with `//` lines before its `{` (and comments out list
+    items, leaving a trailing comma): read as YAML, it was "not YAML or JSON"."""
+    config = tmp_path / ".devcontainer" / "devcontainer.json"
+    config.parent.mkdir()
+    text = (
+        "// For format details, see https://aka.ms/devcontainer.json.\n"
+        '{\n  "runArgs": [\n    "--ipc=host",\n    //"--gpus=all",\n  ],\n'
+        '  "settings": {"device": "cuda"}\n}\n'
+    )
+    config.write_text(text)
+    result = run_cli("apply", "--unsafe", str(config), cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert "not YAML or JSON" not in result.stdout + result.stderr
+    assert config.read_text() == text.replace('"device": "cuda"', '"device": "npu"')

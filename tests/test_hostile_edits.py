@@ -220,3 +220,23 @@ def test_a_script_bash_refuses_is_not_read_rather_than_a_tool_error() -> None:
     script = b"#!/bin/bash\nF.f(q, k)#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0\n"
     result = migrate_shell(script, INDEX, SAFE)
     assert result.error and "not a script bash can parse" in result.error and not result.tool_failed
+
+
+def test_a_makefile_recipe_with_make_functions_is_read_as_the_shell_make_runs(tmp_path: Path) -> None:
+    """accelerate's Makefile passes `$(if $(IS_GITHUB_CI),--report-log "$(V)_core.log",)` in a
+    recipe: make expands it before the shell runs, but read as shell `$(if` is no command, and the
+    whole file was "not a script bash can parse". The call reads as one word; the variables it
+    reads are still seen (a rename where one is set reaches them)."""
+    text = (
+        "CUDA_VISIBLE_DEVICES ?= 0,1\nexport CUDA_VISIBLE_DEVICES\n"
+        "show:\n\t@echo $$CUDA_VISIBLE_DEVICES \\\n"
+        '\t  $(if $(CI),--report-log "$(CUDA_VISIBLE_DEVICES)_core.log",none) $(shell echo x)\n'
+    )
+    new = migrate_makefile(text.encode(), INDEX, SAFE).new_source
+    assert new is not None and b"CUDA" not in new
+    outputs = []
+    for made in (text.encode(), new):
+        (tmp_path / "Makefile").write_bytes(made)
+        run = subprocess.run(["make", "-s", "show", "CI=1"], cwd=tmp_path, capture_output=True, text=True)
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1] == "0,1 --report-log 0,1_core.log x\n"

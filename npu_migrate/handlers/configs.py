@@ -6,6 +6,8 @@ tokenizer's vocabulary is JSON too)."""
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,8 +42,32 @@ def spelled(text: str, node: yaml.Node) -> Spelled:
     quoted = raw[:1] in ("'", '"') and isinstance(node, yaml.ScalarNode)
     inner = raw[1:-1] if quoted else raw
     plain = not isinstance(node, yaml.ScalarNode) or inner == node.value
-    begin = len(text[: start + int(quoted)].encode())  # marks count characters; sites count bytes
+    begin = _byte_offsets(text).of(start + int(quoted))  # marks count characters; sites bytes
     return Spelled(begin, begin + len(inner.encode()), None if plain else ESCAPED)
+
+
+class _ByteOffsets:
+    """Character offsets to UTF-8 byte offsets in O(log n) each, where encoding the text up to
+    each of a large file's 100,000 scalars took seconds: only its non-ASCII characters widen."""
+
+    def __init__(self, text: str) -> None:
+        self._wide: list[int] = []  # where each non-ASCII character is
+        self._extra: list[int] = []  # the bytes they add, up to and with each
+        for wide in _NON_ASCII.finditer(text):
+            self._wide.append(wide.start())
+            self._extra.append((self._extra[-1] if self._extra else 0) + len(wide[0].encode()) - 1)
+
+    def of(self, index: int) -> int:
+        before = bisect.bisect_left(self._wide, index)
+        return index + (self._extra[before - 1] if before else 0)
+
+
+@functools.lru_cache(maxsize=1)  # a file's scalars are placed one after another
+def _byte_offsets(text: str) -> _ByteOffsets:
+    return _ByteOffsets(text)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 def compose(text: str) -> yaml.Node | None:
@@ -63,7 +89,8 @@ def migrate_config(
     if not any(found(setting, text) for setting in settings):
         return FileResult()
     try:
-        root = compose(_as_yaml(text) if text.lstrip().startswith(("{", "[")) else text)
+        as_json = _as_yaml(text)  # a JSONC file may open with a comment before its `{`
+        root = compose(as_json if as_json.lstrip().startswith(("{", "[")) else text)
         sites = list(_sites(text, root))
     except yaml.YAMLError as exc:
         return FileResult(error=f"not YAML or JSON: {str(exc).splitlines()[0]}")

@@ -19,6 +19,9 @@ _HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?(\w+)[\"']?")
 _MAKE_ASSIGNMENT = re.compile(rb"(export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*([:?+!]?=|::=)")
 _RECIPE_PREFIX = re.compile(rb"\t[ \t@+-]*")
 _MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, not the shell's $$(...)
+_MAKE_FUNCTION = re.compile(rb"(?<!\$)\$([({])[a-z][a-z-]*[ \t]")  # $(if ...), $(shell ...)
+_SHELL_REFERENCE = re.compile(rb"\$\{\w+\}")
+_CONTINUATION = re.compile(rb"\\\r?\n")
 # Where make names a variable without expanding it: `ifdef NAME`, `$(origin NAME)`
 _MAKE_NAMED = re.compile(rb"^[ \t]*ifn?def[ \t]+(\w+)|(?<!\$)\$[({](?:origin|flavor|value)[ \t]+(\w+)[)}]")
 
@@ -115,7 +118,8 @@ def makefile_view(data: bytes) -> bytes:
         text = data[start:end]
         prefix = _RECIPE_PREFIX.match(text)
         if prefix:
-            shell = _MAKE_REFERENCE.sub(rb"${\1}", text[prefix.end() :]).replace(b"$$", b" $")
+            shell = _MAKE_REFERENCE.sub(rb"${\1}", text[prefix.end() :])
+            shell = _functions_as_words(shell).replace(b"$$", b" $")
             view[start + prefix.end() : end] = shell
             continue
         assignment = _MAKE_ASSIGNMENT.match(text)
@@ -127,6 +131,31 @@ def makefile_view(data: bytes) -> bytes:
             view[start:end] = text
         else:
             _references(text, 0, start, view)
+    return bytes(view)
+
+
+def _functions_as_words(recipe: bytes) -> bytes:
+    """A recipe's make function calls (`$(if $(CI),--log "$(V).log",)`, `$(shell ...)`), which
+    make replaces by their result before the shell runs, as one shell word: `_` for each byte but
+    the variables they read (`${CI}`) and line continuations, so that bash reads a word where make
+    writes one (`$(if` is no shell it could parse)."""
+    kept = bytearray(len(recipe))
+    for part in (*_SHELL_REFERENCE.finditer(recipe), *_CONTINUATION.finditer(recipe)):
+        kept[part.start() : part.end()] = b"\x01" * len(part[0])
+    view, done = bytearray(recipe), 0
+    for call in _MAKE_FUNCTION.finditer(recipe):
+        if call.start() < done:
+            continue  # a call inside a call: already part of its word
+        opener, closer = call[1][0], b")}"[call[1] == b"{"]
+        depth, done = 0, call.start() + 1
+        for done in range(call.start() + 1, len(recipe)):
+            depth += (recipe[done] == opener) - (recipe[done] == closer)
+            if depth == 0:
+                break
+        done += 1
+        for i in range(call.start(), done):
+            if not kept[i]:
+                view[i] = ord("_")
     return bytes(view)
 
 
