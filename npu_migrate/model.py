@@ -52,11 +52,15 @@ class ModulePath:
     # Attribute names other files of the run keep comparing with CUDA, with where: a value handed
     # on under that name keeps its CUDA. Known after the run's first pass only.
     compared_elsewhere: tuple[tuple[str, str], ...] = ()
+    # Words a rule's fix is held for (Rule.hold_in_files_with) that other files of the run
+    # mention, with where: the program, not only this file, shows what the fix cannot take (a
+    # trainer elsewhere calls `zero_grad(set_to_none=True)`). Known after the first pass only.
+    words_elsewhere: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> bytes:
         """What results depend on, for the result cache."""
-        facts = (self.cuda_member_beside, self.kept_elsewhere, self.compared_elsewhere)
+        facts = (self.cuda_member_beside, self.kept_elsewhere, self.compared_elsewhere, self.words_elsewhere)
         return f"{self.name}\0{self.package}\0{facts}".encode()
 
 

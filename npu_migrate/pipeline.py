@@ -134,13 +134,17 @@ def _run_facts(
         imported_modules,
         kept_comparisons,
         mocks_renamed,
+        words_elsewhere,
     )
 
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
     compared = kept_comparisons(python) if fixing else {}
-    if not mocking and not compared:
+    holding = {r.code: r.hold_in_files_with.words for r in source.rules if r.hold_in_files_with}
+    every_python = [o for o in outcomes if kind_of(o.file) == "python"]
+    mentioned = words_elsewhere(every_python, holding) if fixing and holding else {}
+    if not mocking and not compared and not mentioned:
         return outcomes  # (and a warm run loads no rule)
     calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})
     redo: dict[int, ModulePath] = {}
@@ -151,11 +155,13 @@ def _run_facts(
             keepers = {name: calls.keeper(name, imported) for name in mocking[id(outcome)][1]}
             mocks = {name: where for name, where in keepers.items() if where}
         handed = compared if id(outcome) in fixing and hands_on(outcome.file.data or b"", compared) else {}
-        if mocks or handed:
+        words = mentioned.get(id(outcome), {})
+        if mocks or handed or words:
             redo[id(outcome)] = replace(
                 outcome.file.module,
                 kept_elsewhere=tuple(sorted(mocks.items())),
                 compared_elsewhere=tuple(sorted(handed.items())),
+                words_elsewhere=tuple(sorted(words.items())),
             )
     if not redo:
         return outcomes

@@ -281,7 +281,7 @@ def test_a_relative_import_a_template_frees_is_dropped() -> None:
     )
     assert (
         result.new_source
-        == b"import torch_npu\nopt = torch_npu.optim.NpuFusedAdamW(params, lr=1e-3, weight_decay=0.0)\n"
+        == b"import torch\nopt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0, fused=True)\n"
     )
     assert result.removed_imports == [(1, "apex.optimizers.FusedAdam")]
 

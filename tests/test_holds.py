@@ -9,11 +9,13 @@ from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
+from npu_migrate.rules.files import opt_in_sets
 from npu_migrate.rules.load import load_rules
 
 from .test_cli import project, run_cli
 
 INDEX = RuleIndex(load_rules())
+NPU_FUSED = RuleIndex(load_rules(opt_in_sets().values()))  # torch_npu's own fused optimizers
 SAFE = frozenset({Applicability.safe})
 UNSAFE = frozenset({Applicability.safe, Applicability.unsafe})
 
@@ -133,26 +135,29 @@ def test_held_findings_are_labelled_and_explained_in_every_report(tmp_path) -> N
 
 
 def test_a_fused_optimizer_is_held_in_a_file_that_mentions_bf16() -> None:
+    """torch_npu's NpuFused* (the opt-in set) refuse bf16 parameters; torch's fused=True (the
+    catalog) takes them."""
     code = (
         "import torch\nmodel = model.to(torch.bfloat16).cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
     )
-    new, result = run(code, UNSAFE)
-    assert "opt = torch.optim.AdamW(model.parameters())" in new
-    assert "fp32 and fp16 parameters only" in held(result)[("NPU910", 3)]
+    result = migrate_source(code.encode(), NPU_FUSED, UNSAFE)
+    assert (
+        result.new_source is not None and b"opt = torch.optim.AdamW(model.parameters())" in result.new_source
+    )
+    assert "refuse bf16 parameters" in held(result)[("NPU941", 3)]
     plain = code.replace(".to(torch.bfloat16)", "")
-    assert "NpuFusedAdamW" in run(plain, UNSAFE)[0]
+    assert b"NpuFusedAdamW" in (migrate_source(plain.encode(), NPU_FUSED, UNSAFE).new_source or b"")
+    assert "opt = torch.optim.AdamW(model.parameters(), fused=True)" in run(code, UNSAFE)[0]
 
 
 def test_zero_grad_set_to_none_is_reported_only_beside_a_fused_optimizer() -> None:
     step = "optimizer.zero_grad(set_to_none=True)\n"
     _, alone = run("import torch\n" + step)
     assert not alone.findings
-    _, beside = run("import torch\noptimizer = torch.optim.Adam(params, 1e-3)\n" + step)
-    assert "NPU915" in {f.rule.code for f in beside.findings}
-    placed = "import torch\nmodel.cuda()\noptimizer = torch.optim.Adam(model.parameters(), 1e-3)\n"
-    migrated, _ = run(placed + step, UNSAFE)
-    _, rescanned = run(migrated, frozenset())  # the migrated file keeps its to-do
-    assert {"NPU915", "NPU928"} <= {f.rule.code for f in rescanned.findings}
+    _, torchs = run("import torch\noptimizer = torch.optim.Adam(params, 1e-3)\n" + step)
+    assert "NPU915" not in {f.rule.code for f in torchs.findings}  # torch's optimizers take it
+    _, beside = run("import torch_npu\noptimizer = torch_npu.optim.NpuFusedAdam(params, 1e-3)\n" + step)
+    assert {"NPU915", "NPU928"} <= {f.rule.code for f in beside.findings}
 
 
 def test_an_early_return_guards_the_rest_of_its_block() -> None:

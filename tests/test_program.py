@@ -12,9 +12,11 @@ from npu_migrate.engine.program import Program
 from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DATA_DEVICE_UNSEEN, DEVICE_FROM_CALLER
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
+from npu_migrate.rules.files import opt_in_sets
 from npu_migrate.rules.load import load_rules
 
 INDEX = RuleIndex(load_rules())
+NPU_FUSED = RuleIndex(load_rules(opt_in_sets().values()))  # torch_npu's own fused optimizers
 SAFE = frozenset({Applicability.safe})
 
 
@@ -120,8 +122,8 @@ def test_a_probe_asked_to_equal_a_value_another_file_decides_is_held(code: str, 
 
 def test_a_fused_optimizer_is_held_where_the_caller_chooses_the_device() -> None:
     """kornia's tests build their optimizers over parameters on the `device` fixture, the CPU by
-    default: NpuFusedSGD raises there ("Tensors to combine must be on NPU"), so only --unsafe's
-    fix outside such a function is made."""
+    default: NpuFusedSGD (the opt-in set) raises there ("Tensors to combine must be on NPU"), so
+    only its fix outside such a function is made; torch's fused=True (the catalog) runs there."""
     code = (
         "import torch\n"
         "def test_step(device):\n"
@@ -129,15 +131,18 @@ def test_a_fused_optimizer_is_held_where_the_caller_chooses_the_device() -> None
         "model.cuda()\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     )
-    result = migrate_source(code.encode(), INDEX, frozenset(Applicability))
+    result = migrate_source(code.encode(), NPU_FUSED, frozenset(Applicability))
     new = (result.new_source or b"").decode()
     assert "opt = torch.optim.SGD(model.to(device)" in new and "\nopt = torch_npu.optim.NpuFusedSGD(" in new
-    assert reasons(result)[("NPU912", 3)] == DEVICE_FROM_CALLER
+    assert reasons(result)[("NPU943", 3)] == DEVICE_FROM_CALLER
+    fused = (migrate_source(code.encode(), INDEX, frozenset(Applicability)).new_source or b"").decode()
+    assert fused.count("lr=0.1, fused=True)") == 2
 
 
 def test_a_fused_optimizer_is_made_only_where_its_parameters_are_seen_going_to_an_accelerator() -> None:
     """Lightning's tests train a BoringModel on the CPU accelerator: its configure_optimizers
-    builds torch.optim.SGD over parameters the trainer placed, and NpuFusedSGD raised there."""
+    builds torch.optim.SGD over parameters the trainer placed, and NpuFusedSGD (the opt-in set)
+    raised there."""
     placed = {
         "model = Net().cuda()\n": True,
         "model = Net().to('cuda:0')\n": True,
@@ -153,7 +158,7 @@ def test_a_fused_optimizer_is_made_only_where_its_parameters_are_seen_going_to_a
     }
     for setup, fused in placed.items():
         code = f"import torch\n{setup}opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        result = migrate_source(code.encode(), INDEX, frozenset(Applicability))
+        result = migrate_source(code.encode(), NPU_FUSED, frozenset(Applicability))
         assert ("NpuFusedSGD(" in (result.new_source or b"").decode()) == fused, setup
         if not fused:
             assert DATA_DEVICE_UNSEEN in reasons(result).values(), setup
@@ -161,8 +166,8 @@ def test_a_fused_optimizer_is_made_only_where_its_parameters_are_seen_going_to_a
         "import torch\nclass M:\n    def configure_optimizers(self):\n"
         "        return torch.optim.SGD(self.layer.parameters(), lr=0.1)\n"
     )
-    result = migrate_source(method.encode(), INDEX, frozenset(Applicability))
-    assert reasons(result)[("NPU912", 4)] == DATA_DEVICE_UNSEEN
+    result = migrate_source(method.encode(), NPU_FUSED, frozenset(Applicability))
+    assert reasons(result)[("NPU943", 4)] == DATA_DEVICE_UNSEEN
 
 
 def test_calls_into_compiled_extensions_are_cuda_code() -> None:

@@ -31,8 +31,9 @@ RulesOption = Annotated[
     list[Path] | None,
     typer.Option(
         "--rules",
-        help="Extra rule file or folder of *.yaml (repeatable). Where one of these rules and a catalog "
-        "rule match the same code, yours wins (the catalog finding is counted as overridden).",
+        help="Extra rule file, folder of *.yaml or opt-in rule set of the catalog by name "
+        "(npu-fused-optimizers), repeatable. Where one of these rules and a catalog rule match the "
+        "same code, this one wins (the catalog finding is counted as overridden).",
     ),
 ]
 PathsArgument = Annotated[list[Path], typer.Argument(help="Files or folders to process.")]

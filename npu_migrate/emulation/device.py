@@ -38,7 +38,7 @@ class _NpuDevices(TorchFunctionMode):
                 return tensors.read(attribute, args[0], result)
             tensors.written(attribute, args[0], args[1])
             return result
-        refused = tensors.refused(func, args)
+        refused = tensors.refused(func, args, kwargs)
         if refused is not None:
             raise refused
         if name == "get_device" and args and tensors.index(args[0]) is not None:

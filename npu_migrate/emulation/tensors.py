@@ -182,12 +182,15 @@ _FLOAT8 = frozenset(
 _MATMULS = frozenset({"_scaled_mm", "_scaled_mm_v2", "matmul", "mm", "bmm", "addmm", "linear", "__matmul__"})
 
 
-def refused(func: Callable, args: tuple) -> Exception | None:
+def refused(func: Callable, args: tuple, kwargs: dict[str, Any]) -> Exception | None:
     """The error a real NPU would raise for this call, or None: a tensor on it converted to
     numpy; a float8 matrix product on the SoC the emulation stands in for (an Atlas A2 part,
     npu_module.get_soc_version: torch_npu 2.13's operator docs list float8 matmul inputs for
-    the Ascend 950 only, `npu_quant_matmul` int8 and int4-in-int32 on the A2)."""
+    the Ascend 950 only, `npu_quant_matmul` int8 and int4-in-int32 on the A2); a fused
+    optimizer kernel torch_npu does not register (`fused=True`, below)."""
     name = getattr(func, "__name__", "")
+    if name in _FUSED_OPTIMIZERS:
+        return _fused_step_refused(name, args, kwargs)
     device = index(args[0]) if args else None
     if device is not None and name == "numpy":
         return TypeError(
@@ -201,5 +204,32 @@ def refused(func: Callable, args: tuple) -> Exception | None:
         return RuntimeError(
             f"{name}: float8 matrix products are not supported on this NPU (Ascend910B1, an Atlas A2 "
             f"part; torch_npu lists float8 inputs for the Ascend 950 only); got {dtypes}"
+        )
+    return None
+
+
+# torch's `fused=True` optimizers call these kernels; torch_npu 2.13 registers all three for the
+# NPU (csrc/aten/npu_native_functions_by_codegen.yaml), the tensor-lr overload of two of them
+# only (no `_fused_adamw_.tensor_lr`), over aclnn kernels (ApplyAdamWV2, ...) that take float32,
+# float16 and bfloat16.
+_FUSED_OPTIMIZERS = frozenset({"_fused_adam_", "_fused_adamw_", "_fused_sgd_"})
+_FUSED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+
+def _fused_step_refused(name: str, args: tuple, kwargs: dict[str, Any]) -> Exception | None:
+    params = [p for p in (args[0] if args else ()) if index(p) is not None]
+    if not params:
+        return None
+    if name == "_fused_adamw_" and isinstance(kwargs.get("lr"), torch.Tensor):
+        return NotImplementedError(
+            "Could not run 'aten::_fused_adamw_.tensor_lr' with arguments from the 'PrivateUse1' "
+            "backend: torch_npu registers _fused_adamw_ for a float lr only (AdamW(fused=True) with "
+            "a tensor lr)"
+        )
+    wrong = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.dtype not in _FUSED_DTYPES})
+    if wrong:
+        return RuntimeError(
+            f"{name}: the NPU's fused optimizer kernel takes float32, float16 and bfloat16 "
+            f"parameters; got {', '.join(wrong)}"
         )
     return None

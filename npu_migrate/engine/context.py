@@ -133,10 +133,17 @@ class FileContext:
         ]  # fmt: skip
 
     def file_hold(self, rule: Rule) -> Hold | None:
-        """Why the file's words hold this rule's fix back (Rule.hold_in_files_with), or None."""
+        """Why the words of the file, or of another file of the run, hold this rule's fix back
+        (Rule.hold_in_files_with), or None."""
         hold = rule.hold_in_files_with
-        word = next((w for w in hold.words if w in self.words), None) if hold else None
-        return Hold(FILE_WORDS, f"this file mentions {word}: {hold.why}") if hold and word else None
+        if hold is None:
+            return None
+        word = next((w for w in hold.words if w in self.words), None)
+        if word:
+            return Hold(FILE_WORDS, f"this file mentions {word}: {hold.why}")
+        elsewhere = dict(self.table.where.words_elsewhere)
+        word = next((w for w in hold.words if w in elsewhere), None)
+        return Hold(FILE_WORDS, f"{elsewhere[word]} mentions {word}: {hold.why}") if word else None
 
     def forget_replaced(self, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
         """A template replaced `original`: the findings inside it whose code the replacement no

@@ -18,14 +18,23 @@ def builtin_rules_dir() -> Path:
     return packaged if packaged.is_dir() else package.parent / "rules"
 
 
+def opt_in_sets() -> dict[str, Path]:
+    """The catalog's rule sets that run only when asked for by name (`--rules NAME`): rewrites
+    a user chooses knowing their trade-off, such as torch_npu's own fused optimizers."""
+    return {p.stem: p for p in sorted((builtin_rules_dir() / "opt-in").glob("*.yaml"))}
+
+
 def rule_files(paths: Iterable[Path]) -> list[Path]:
-    """The rule files named, and the *.yaml files in the folders named."""
+    """The rule files named, the *.yaml files in the folders named, and the opt-in sets named."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
             found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
         elif path.is_file():
             found.append(path)
+        elif str(path) in opt_in_sets():
+            found.append(opt_in_sets()[str(path)])
         else:
-            raise RuleError(f"{path}: no such rule file or folder")
+            names = ", ".join(opt_in_sets()) or "none"
+            raise RuleError(f"{path}: no such rule file or folder, nor an opt-in rule set ({names})")
     return found

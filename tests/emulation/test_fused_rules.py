@@ -15,6 +15,7 @@ from npu_migrate.emulation import ops, optim  # noqa: E402
 from npu_migrate.engine.index import RuleIndex  # noqa: E402
 from npu_migrate.engine.source import migrate_source  # noqa: E402
 from npu_migrate.model import Applicability  # noqa: E402
+from npu_migrate.rules.files import opt_in_sets  # noqa: E402
 from npu_migrate.rules.load import load_rules  # noqa: E402
 
 FUSED = RuleIndex([r for r in load_rules() if r.category == "fused"])
@@ -313,23 +314,33 @@ class _Placed(torch.nn.Sequential):
         return self
 
 
-OPTIMIZERS = {
+OPTIMIZERS = {  # the catalog writes torch's fused=True; the opt-in set torch_npu's NpuFused*
     "NPU910": "torch.optim.AdamW(params, lr=0.05, weight_decay=0.1)",
     "NPU911": "torch.optim.Adam(params, lr=0.05, betas=(0.8, 0.99))",
     "NPU912": "torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True)",
-    "NPU913": "torch.optim.Adadelta(params, lr=1.0, rho=0.95)",
-    "NPU914": "torch.optim.RMSprop(params, lr=0.01, alpha=0.9, momentum=0.5)",
     "NPU924": "apex.optimizers.FusedAdam(params, lr=0.05)",
     "NPU925": "apex.optimizers.FusedSGD(params, 0.1, momentum=0.9)",
+    "NPU941": "torch.optim.AdamW(params, lr=0.05, weight_decay=0.1)",
+    "NPU942": "torch.optim.Adam(params, lr=0.05, betas=(0.8, 0.99))",
+    "NPU943": "torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True)",
+    "NPU944": "torch.optim.Adadelta(params, lr=1.0, rho=0.95)",
+    "NPU945": "torch.optim.RMSprop(params, lr=0.01, alpha=0.9, momentum=0.5)",
 }
+NPU_FUSED = RuleIndex([r for r in load_rules(opt_in_sets().values()) if r.code.startswith("NPU94")])
 
 
 @pytest.mark.parametrize("code", sorted(OPTIMIZERS))
 def test_fused_optimizer_trains_like_the_original(code: str) -> None:
-    # The fused rules apply only where the parameters are seen going to an accelerator.
+    # The opt-in rules apply only where the parameters are seen going to an accelerator.
     make = f"def make(model):\n    params = model.cuda().parameters()\n    return {OPTIMIZERS[code]}\n"
     original = HEADER + "import apex\n\n" + make
-    fused = rewritten(original, "torch_npu.optim.NpuFused")
+    if code.startswith("NPU94"):
+        result = migrate_source(original.encode(), NPU_FUSED, UNSAFE)
+        assert result.new_source is not None, [f.rule.code for f in result.findings]
+        fused = result.new_source.decode()
+        assert "torch_npu.optim.NpuFused" in fused, fused
+    else:
+        fused = rewritten(original, "fused=True)")
     if "apex" in OPTIMIZERS[code]:
         assert "import apex" not in fused, "the CUDA-only import must go with its last use"
     weights = []

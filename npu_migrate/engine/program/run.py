@@ -11,13 +11,16 @@ pass:
   another file hands on under that name keeps its CUDA (Lightning's test builds
   `DDPStrategy(parallel_devices=[torch.device("cuda", i) ...])` and expects the connector to see
   a GPU). Files are linked by the attribute's name, so names too common to link by (`device`,
-  `device_type`) are left out."""
+  `device_type`) are left out;
+* the words a fix is held for (Rule.hold_in_files_with) that another file mentions: torch_npu's
+  fused optimizers built in one file, `zero_grad(set_to_none=True)` called in the trainer of
+  another."""
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from npu_migrate.model import FileOutcome, Finding
@@ -119,6 +122,26 @@ def _compared_attribute(node: ast.Compare) -> str | None:
         if isinstance(operand, ast.Attribute):
             return operand.attr
     return None
+
+
+def words_elsewhere(
+    outcomes: Sequence[FileOutcome], holding: Mapping[str, Collection[str]]
+) -> dict[int, dict[str, str]]:
+    """For each file (by id) that makes a fix of a rule in `holding` (rule code -> the words its
+    fix is held for), those words other files of the run mention, with the first such file."""
+    found: dict[int, dict[str, str]] = {}
+    for outcome in outcomes:
+        words = {w for f in outcome.result.findings if fixed(f) for w in holding.get(f.rule.code, ())}
+        mentioned = {}
+        for word in sorted(words):
+            pattern = re.compile(rb"\b%s\b" % re.escape(word.encode()))
+            others = (o for o in outcomes if o is not outcome)
+            where = next((o for o in others if pattern.search(o.file.data or b"")), None)
+            if where is not None:
+                mentioned[word] = where.file.display
+        if mentioned:
+            found[id(outcome)] = mentioned
+    return found
 
 
 def fixed(finding: Finding) -> bool:
