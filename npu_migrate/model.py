@@ -32,6 +32,9 @@ class RuleInfo:
     severity: Severity
     applicability: Applicability
     message: str  # the finding's text; {match} is the matched code
+    # Words whose mention in any file of the run holds its fix (Rule.hold_in_files_with): the
+    # run's second pass reads them from the findings, so a warm run loads no rule.
+    held_for_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class FileResult:
                     **rule,
                     "severity": Severity(rule["severity"]),
                     "applicability": Applicability(rule["applicability"]),
+                    "held_for_words": tuple(rule.get("held_for_words", ())),
                 }
             )
             held = finding["held"]

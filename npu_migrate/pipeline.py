@@ -141,9 +141,9 @@ def _run_facts(
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
     compared = kept_comparisons(python) if fixing else {}
-    holding = {r.code: r.hold_in_files_with.words for r in source.rules if r.hold_in_files_with}
+    holding = {f.rule.code: f.rule.held_for_words for o in python for f in o.result.findings if fixed(f)}
     every_python = [o for o in outcomes if kind_of(o.file) == "python"]
-    mentioned = words_elsewhere(every_python, holding) if fixing and holding else {}
+    mentioned = words_elsewhere(every_python, holding) if any(holding.values()) else {}
     if not mocking and not compared and not mentioned:
         return outcomes  # (and a warm run loads no rule)
     calls = Calls.of(python, {r.code for r in source.rules if r.fix is not None and r.fix.rename})

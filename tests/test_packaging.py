@@ -30,8 +30,9 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
     )
     [wheel] = tmp_path.glob("npu_migrate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = {Path(n).name for n in names if n.startswith("npu_migrate/_rules/")}
-    assert shipped == {p.name for p in (ROOT / "rules").glob("*.yaml")}
+    shipped = {n.removeprefix("npu_migrate/_rules/") for n in names if n.startswith("npu_migrate/_rules/")}
+    assert shipped == {p.relative_to(ROOT / "rules").as_posix() for p in (ROOT / "rules").rglob("*.yaml")}
+    assert "opt-in/npu-fused-optimizers.yaml" in shipped
     assert "npu_migrate/rule-schema.json" in names
     target = tmp_path / "site"
     subprocess.run(
@@ -40,15 +41,16 @@ def test_a_built_wheel_carries_and_finds_the_rules(tmp_path: Path) -> None:
         capture_output=True,
     )
     probe = (
-        "from npu_migrate.rules.files import builtin_rules_dir\n"
+        "from npu_migrate.rules.files import builtin_rules_dir, opt_in_sets\n"
         "from npu_migrate.rules.load import load_rules\n"
-        "print(builtin_rules_dir()); print(len(load_rules()))"
+        "print(builtin_rules_dir()); print(len(load_rules())); print(*opt_in_sets())"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
     )
-    where, count = result.stdout.split()
+    where, count, *sets = result.stdout.split()
+    assert sets == ["npu-fused-optimizers"]  # `--rules npu-fused-optimizers` works installed
     assert Path(where) == target / "npu_migrate" / "_rules"
     from npu_migrate.rules.load import load_rules
 

@@ -258,7 +258,10 @@ class Rule(Strict):
     @property
     def info(self) -> RuleInfo:
         """What reports need of this rule."""
-        return RuleInfo(self.code, self.name, self.category, self.severity, self.applicability, self.message)
+        words = tuple(self.hold_in_files_with.words) if self.hold_in_files_with else ()
+        return RuleInfo(
+            self.code, self.name, self.category, self.severity, self.applicability, self.message, words
+        )
 
     @property
     def match_kind(self) -> str:
