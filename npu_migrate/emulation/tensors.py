@@ -189,7 +189,7 @@ def refused(func: Callable, args: tuple, kwargs: dict[str, Any]) -> Exception | 
     the Ascend 950 only, `npu_quant_matmul` int8 and int4-in-int32 on the A2); a fused
     optimizer kernel torch_npu does not register (`fused=True`, below)."""
     name = getattr(func, "__name__", "")
-    if name in _FUSED_OPTIMIZERS:
+    if name in FUSED_OPTIMIZERS:
         return _fused_step_refused(name, args, kwargs)
     device = index(args[0]) if args else None
     if device is not None and name == "numpy":
@@ -212,7 +212,7 @@ def refused(func: Callable, args: tuple, kwargs: dict[str, Any]) -> Exception | 
 # NPU (csrc/aten/npu_native_functions_by_codegen.yaml), the tensor-lr overload of two of them
 # only (no `_fused_adamw_.tensor_lr`), over aclnn kernels (ApplyAdamWV2, ...) that take float32,
 # float16 and bfloat16.
-_FUSED_OPTIMIZERS = frozenset({"_fused_adam_", "_fused_adamw_", "_fused_sgd_"})
+FUSED_OPTIMIZERS = frozenset({"_fused_adam_", "_fused_adamw_", "_fused_sgd_"})
 _FUSED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 

@@ -7,6 +7,8 @@ NpuFused* rewrite is held where the program shows what it cannot take."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from npu_migrate.reference import reference
 from tests.fixture_cases import run_cli
 
 torch = pytest.importorskip("torch")
+
+from npu_migrate.emulation.tensors import FUSED_OPTIMIZERS  # noqa: E402
 
 PROJECT = Path(__file__).parents[2] / "fixtures" / "fused_optimizers"
 CASES = ["plain", "cpu", "bf16", "wrapped", "grad_none"]
@@ -71,3 +76,36 @@ def test_an_unknown_rule_set_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "nor an opt-in rule set (npu-fused-optimizers)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_emulated_fused_kernels_are_those_torch_npu_registers() -> None:
+    """What the emulation lets `fused=True` run on the NPU and what it refuses, read against the
+    real torch_npu's registrations (its csrc/aten/npu_native_functions_by_codegen.yaml)."""
+    found = reference()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must unpack torch_npu with ../shared/tools/torch-npu-reference")
+        pytest.skip("torch_npu reference sources not unpacked (run ../shared/tools/torch-npu-reference)")
+    listed = (found.root / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml").read_text()
+    registered = set(re.findall(r"func: (_fused_\w+_(?:\.tensor_lr)?)\(", listed))
+    assert {name for name in registered if "." not in name} >= FUSED_OPTIMIZERS
+    assert "_fused_adam_.tensor_lr" in registered and "_fused_sgd_.tensor_lr" in registered
+    assert "_fused_adamw_.tensor_lr" not in registered  # what the emulation refuses
+
+
+def test_the_emulation_refuses_what_the_npu_kernels_do_not_take() -> None:
+    script = (
+        "import torch\nfrom npu_migrate import emulation\nemulation.activate()\n"
+        "def step(cls, dtype=torch.float32, **kw):\n"
+        "    m = torch.nn.Linear(4, 3).to(dtype).npu()\n"
+        "    o = cls(m.parameters(), fused=True, **kw)\n"
+        "    m(torch.randn(2, 4).to(dtype).npu()).sum().backward()\n"
+        "    try:\n        o.step()\n        return 'ok'\n"
+        "    except Exception as e:\n        return type(e).__name__\n"
+        "lr = torch.tensor(0.01)\n"
+        "print(step(torch.optim.AdamW, lr=lr), step(torch.optim.Adam, lr=lr),\n"
+        "      step(torch.optim.SGD, torch.float64, lr=0.1), step(torch.optim.AdamW, torch.bfloat16))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["NotImplementedError", "ok", "RuntimeError", "ok"]
