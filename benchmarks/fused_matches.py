@@ -1,0 +1,67 @@
+"""How often each fused-operator rule matches real code, and how often its guard holds it: the
+figure that tells a rule written to its own examples from one that finds real code.
+
+    python benchmarks/fused_matches.py [--mirrors DIR] [--only NAME ...] [--jobs N]
+
+Each repository is a bare git mirror (the library's `fetch` brings them to /work/.mirror),
+checked out as benchmarks/real_repos.py does and scanned with the catalog (`scan --format
+json`). Prints one line per rule of the fused category: the fixes `apply --unsafe` would make,
+those held (by reason), the report-only findings, and the repositories it matched in; then the
+rules that matched nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from benchmarks.real_repos import cli, clone, watched
+from npu_migrate.rules.load import load_rules
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--jobs", default="2")
+    args = parser.parse_args()
+    mirrors = sorted(p / "repo" for p in args.mirrors.iterdir() if (p / "repo" / "HEAD").is_file())
+    mirrors = [m for m in mirrors if not args.only or m.parent.name in args.only]
+    fused = {r.code: r for r in load_rules() if r.category == "fused"}
+    made: Counter[str] = Counter()
+    reported: Counter[str] = Counter()
+    held: dict[str, Counter[str]] = defaultdict(Counter)
+    where: dict[str, set[str]] = defaultdict(set)
+    for mirror in mirrors:
+        with tempfile.TemporaryDirectory() as scratch:
+            tree, _ = clone(mirror, Path(scratch))
+            _, _, _, out = watched(cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache"))
+        for finding in json.loads(out)["findings"] if out.strip() else []:
+            code = finding["code"]
+            if code not in fused:
+                continue
+            where[code].add(mirror.parent.name)
+            if finding["held"]:
+                held[code][finding["held_reason"] or finding["held"]] += 1
+            elif finding["replacement"] is not None:
+                made[code] += 1
+            else:
+                reported[code] += 1
+        print(f"scanned {mirror.parent.name}", flush=True)
+    print(f"\n{len(mirrors)} repositories; per fused rule: made, held (by reason), reported, where")
+    for code, rule in sorted(fused.items()):
+        if code not in where:
+            continue
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in held[code].most_common()) or "-"
+        print(
+            f"{code} {rule.name}: made {made[code]}, held {sum(held[code].values())} ({reasons}), "
+            f"reported {reported[code]}; in {', '.join(sorted(where[code]))}"
+        )
+    silent = sorted(code for code in fused if code not in where)
+    print(f"{len(silent)} of {len(fused)} fused rules matched nothing: {', '.join(silent)}")
+
+
+if __name__ == "__main__":
+    main()
