@@ -11,24 +11,17 @@ rules that matched nothing."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from benchmarks.real_repos import cli, clone, watched
+from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
-    parser.add_argument("--only", nargs="*", default=[])
-    parser.add_argument("--jobs", default="2")
-    args = parser.parse_args()
-    mirrors = sorted(p / "repo" for p in args.mirrors.iterdir() if (p / "repo" / "HEAD").is_file())
-    mirrors = [m for m in mirrors if not args.only or m.parent.name in args.only]
+    mirrors, args = mirrors_asked()
     fused = {r.code: r for r in load_rules() if r.category == "fused"}
     made: Counter[str] = Counter()
     reported: Counter[str] = Counter()

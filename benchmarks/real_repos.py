@@ -138,14 +138,19 @@ def slowest_file(tree: Path, index: RuleIndex) -> tuple[str, float, float]:
     return worst
 
 
-def main() -> None:
+def mirrors_asked() -> tuple[list[Path], argparse.Namespace]:
+    """The bare mirrors the command line names (--mirrors DIR, --only NAME ...), and its options."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
     parser.add_argument("--only", nargs="*", default=[])
     parser.add_argument("--jobs", default="2")
     args = parser.parse_args()
     mirrors = sorted(p / "repo" for p in args.mirrors.iterdir() if (p / "repo" / "HEAD").is_file())
-    mirrors = [m for m in mirrors if not args.only or m.parent.name in args.only]
+    return [m for m in mirrors if not args.only or m.parent.name in args.only], args
+
+
+def main() -> None:
+    mirrors, args = mirrors_asked()
     index = RuleIndex(load_rules())
     columns = "repository files scan(rc,s,MiB) errors unread apply(rc,changed) broken slowest(s,ast s)"
     print(columns)
