@@ -142,21 +142,28 @@ def _functions_as_words(recipe: bytes) -> bytes:
     kept = bytearray(len(recipe))
     for part in (*_SHELL_REFERENCE.finditer(recipe), *_CONTINUATION.finditer(recipe)):
         kept[part.start() : part.end()] = b"\x01" * len(part[0])
-    view, done = bytearray(recipe), 0
+    view, end = bytearray(recipe), 0
     for call in _MAKE_FUNCTION.finditer(recipe):
-        if call.start() < done:
+        if call.start() < end:
             continue  # a call inside a call: already part of its word
-        opener, closer = call[1][0], b")}"[call[1] == b"{"]
-        depth, done = 0, call.start() + 1
-        for done in range(call.start() + 1, len(recipe)):
-            depth += (recipe[done] == opener) - (recipe[done] == closer)
-            if depth == 0:
-                break
-        done += 1
-        for i in range(call.start(), done):
+        end = _call_end(recipe, call.start() + 1)
+        for i in range(call.start(), end):
             if not kept[i]:
                 view[i] = ord("_")
     return bytes(view)
+
+
+def _call_end(text: bytes, opening: int) -> int:
+    """Where the make call whose `(` or `{` is at `opening` ends: after its matching closer, or
+    at the text's end when it has none."""
+    opener = text[opening]
+    closer = ord(")") if opener == ord("(") else ord("}")
+    depth = 0
+    for at in range(opening, len(text)):
+        depth += (text[at] == opener) - (text[at] == closer)
+        if depth == 0:
+            return at + 1
+    return len(text)
 
 
 def _references(text: bytes, after: int, start: int, view: bytearray) -> None:

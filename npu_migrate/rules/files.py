@@ -32,8 +32,8 @@ def rule_files(paths: Iterable[Path]) -> list[Path]:
             found.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
         elif path.is_file():
             found.append(path)
-        elif str(path) in opt_in_sets():
-            found.append(opt_in_sets()[str(path)])
+        elif (chosen := opt_in_sets().get(str(path))) is not None:
+            found.append(chosen)
         else:
             names = ", ".join(opt_in_sets()) or "none"
             raise RuleError(f"{path}: no such rule file or folder, nor an opt-in rule set ({names})")

@@ -129,14 +129,19 @@ def words_elsewhere(
 ) -> dict[int, dict[str, str]]:
     """For each file (by id) that makes a fix of a rule in `holding` (rule code -> the words its
     fix is held for), those words other files of the run mention, with the first such file."""
+    wanted = {
+        id(o): {w for f in o.result.findings if fixed(f) for w in holding.get(f.rule.code, ())}
+        for o in outcomes
+    }
+    mentioning = {}  # each word, the files that mention it: every file is searched once per word
+    for word in sorted(set().union(*wanted.values())):
+        pattern = re.compile(rb"\b%s\b" % re.escape(word.encode()))
+        mentioning[word] = [o for o in outcomes if pattern.search(o.file.data or b"")]
     found: dict[int, dict[str, str]] = {}
     for outcome in outcomes:
-        words = {w for f in outcome.result.findings if fixed(f) for w in holding.get(f.rule.code, ())}
         mentioned = {}
-        for word in sorted(words):
-            pattern = re.compile(rb"\b%s\b" % re.escape(word.encode()))
-            others = (o for o in outcomes if o is not outcome)
-            where = next((o for o in others if pattern.search(o.file.data or b"")), None)
+        for word in sorted(wanted[id(outcome)]):
+            where = next((o for o in mentioning[word] if o is not outcome), None)
             if where is not None:
                 mentioned[word] = where.file.display
         if mentioned:
