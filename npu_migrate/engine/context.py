@@ -41,14 +41,20 @@ class Match:
     held: Hold | None = None  # why the rule's fix is held back here (engine.holds)
     suppressed: bool = False  # a suppression comment covers it: not reported, not fixed
 
+    @property
+    def nodes(self) -> tuple[cst.CSTNode, ...]:
+        """The node, and the last statement of a match over several (Candidate.at)."""
+        at = self.candidate.at
+        return (self.node, at[1]) if at else (self.node,)
+
     def at(self, positions: Mapping[cst.CSTNode, CodeRange]) -> Finding:
-        where = positions[self.node]
+        where, end = positions[self.node], positions[self.nodes[-1]]
         return Finding(
             rule=self.candidate.rule.info,
             line=where.start.line,
             column=where.start.column + 1,
-            end_line=where.end.line,
-            end_column=where.end.column + 1,
+            end_line=end.end.line,
+            end_column=end.end.column + 1,
             code=self.code,
             replacement=self.replacement,
             applied=self.applied,
@@ -128,7 +134,7 @@ class FileContext:
             Site(span, m.code, m.candidate.rule.code, self._fixes(m), m.replacement is not None,
                  self._leaves_cuda(m), self._severe(m),
                  m.code.rsplit(".", 1)[-1] in m.candidate.rule.probes, m.candidate.attribute,
-                 m.candidate.rule.needs_npu_data)
+                 m.candidate.rule.needs_npu_data, m.candidate.instance_of)
             for m, span in zip(self.matches, spans, strict=True)
         ]  # fmt: skip
 

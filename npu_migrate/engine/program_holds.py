@@ -44,6 +44,7 @@ from npu_migrate.engine.reasons import (
     DEVICE_FROM_CALLER,
     GUARDS_CUDA,
     HANDED_TO_CUDA_TEST,
+    OPERATOR_LIMIT_UNPROVEN,
     OWN_ATTRIBUTE,
     VALUE_GUARDS_CUDA,
 )
@@ -66,6 +67,7 @@ class Site:
     probe: bool  # its value asks about CUDA, falsy without it (Rule.probes)
     attribute: str | None  # the attribute it reads, which the code may bind itself
     needs_npu_data: str | None = None  # why its fix works only on data on the NPU (Rule.needs_npu_data)
+    instance_of: tuple[tuple[str, tuple[str, ...]], ...] = ()  # attributes that must hold these classes only
 
 
 def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
@@ -85,7 +87,11 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
                 f"the code binds `.{site.attribute}` itself (line {line}): it is the code's own attribute, "
                 "not the tensor's, and renaming some of its uses would break the others",
             )
-    fixes = [s.fixes and not own[i] for i, s in enumerate(sites)]
+    for i, site in enumerate(sites):
+        why = _instance_unseen(site, program)
+        if why and site.has_fix and i not in held:
+            held[i] = Hold(OPERATOR_LIMIT_UNPROVEN, why)
+    fixes = [s.fixes and not own[i] and i not in held for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
     inside = _locator(sites)
     placed = _handed_holds(sites, program, inside, fixes) | _device_holds(sites, program, inside, fixes)
@@ -95,6 +101,22 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     for i in compared:
         fixes[i], leaves[i] = False, sites[i].severe
     return held | compared | _guard_holds(sites, program, inside, fixes, leaves)
+
+
+def _instance_unseen(site: Site, program: Program) -> str | None:
+    """Why the file does not show an attribute the fix calls bound to the classes it must be
+    (`self.attn_drop = nn.Dropout(p)` and nothing else), or None."""
+    for attribute, classes in site.instance_of:
+        callees = program.attribute_callees.get(attribute, set())
+        wanted = {name.rsplit(".", 1)[-1] for name in classes}
+        if not callees or any(c is None or c.rsplit(".", 1)[-1] not in wanted for c in callees):
+            bound = (
+                ", ".join(sorted(c or "a value that is not a call" for c in callees))
+                or "nothing this file shows"
+            )
+            needed = " or ".join(classes)
+            return f"the fused code needs `.{attribute}` to be a {needed}; the file binds it to {bound}"
+    return None
 
 
 def _device_holds(

@@ -235,8 +235,9 @@ def _match(
             continue
         if not ctx.matches:
             return ctx
-        ctx.positions = where = positions(module, [m.node for m in ctx.matches] + list(table.imports))
-        spans_in_file = [_span(where[m.node], place) for m in ctx.matches]
+        nodes = [node for m in ctx.matches for node in m.nodes]
+        ctx.positions = where = positions(module, nodes + list(table.imports))
+        spans_in_file = [_span(where[m.node], where[m.nodes[-1]], place) for m in ctx.matches]
         sites = ctx.sites(spans_in_file)
         if not any(site.has_fix for site in sites):
             return ctx  # the model only ever holds fixes: a file of reports needs none
@@ -257,8 +258,8 @@ def _match(
         plan = kept
 
 
-def _span(where: CodeRange, place: Callable[[int], int]) -> Span:
-    return Span((place(where.start.line), where.start.column), (place(where.end.line), where.end.column))
+def _span(where: CodeRange, end: CodeRange, place: Callable[[int], int]) -> Span:
+    return Span((place(where.start.line), where.start.column), (place(end.end.line), end.end.column))
 
 
 def _program(text: str, focus: Collection[int], where: ModulePath, tree: ast.Module | None = None) -> Program:

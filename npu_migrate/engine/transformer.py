@@ -113,10 +113,10 @@ class Transformer(cst.CSTTransformer):
             candidates = [c for c in candidates if not c.rule.last_resort]
         winners = self.ctx.settle(candidates)
         zone = self.zones[-1][1] if self.zones else None
-        suppressed = {id(w): self.ctx.suppression(original_node, w.rule.code) for w in winners}
+        where = {id(w): w.at[0] if w.at else original_node for w in winners}  # what each is about
+        suppressed = {id(w): self.ctx.suppression(where[id(w)], w.rule.code) for w in winners}
         holds = {
-            id(w): suppressed[id(w)] or zone or w.held or self.ctx.hold(original_node, w.rule)
-            for w in winners
+            id(w): suppressed[id(w)] or zone or w.held or self.ctx.hold(where[id(w)], w.rule) for w in winners
         }
         applied = [w for w in winners if not holds[id(w)] and self.ctx.enabled_for(w)]
         owner = owners[id(applied[0])] if applied else None
@@ -126,7 +126,7 @@ class Transformer(cst.CSTTransformer):
                 self.hoists.setdefault(hoist.line, {})[hoist.name] = hoist
         for winner in winners:
             self.ctx.record(
-                original_node, winner, winner in applied, holds[id(winner)], bool(suppressed[id(winner)])
+                where[id(winner)], winner, winner in applied, holds[id(winner)], bool(suppressed[id(winner)])
             )
         if not owner:
             return updated_node

@@ -15,6 +15,7 @@ from npu_migrate.engine.kinds.native import CudaKernelKind, CustomOperatorKind
 from npu_migrate.engine.kinds.pattern import PatternKind
 from npu_migrate.engine.kinds.setting import SettingKind
 from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellWordKind
+from npu_migrate.engine.kinds.statements import StatementsKind
 from npu_migrate.engine.kinds.string import StringKind
 
 KINDS: tuple[type[Kind], ...] = (
@@ -25,6 +26,7 @@ KINDS: tuple[type[Kind], ...] = (
     StringKind,
     ImportKind,
     PatternKind,
+    StatementsKind,
     ShellEnvKind,
     ShellWordKind,
     ShellCommandKind,

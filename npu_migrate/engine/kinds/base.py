@@ -41,6 +41,9 @@ class Candidate:
     held: Hold | None = None  # why the fix must not apply here, as the matcher sees it
     attribute: str | None = None  # the attribute it reads, which the code may bind itself (its own)
     hoists: tuple[Hoist, ...] = ()  # statements the fix needs before an earlier line (PatternMatch.hoist)
+    at: tuple[cst.CSTNode, cst.CSTNode] | None = None  # the statements it spans (first, last), not the node
+    # (attribute, classes): the file binds each attribute to these classes only (StatementsMatch.instance_of)
+    instance_of: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,9 @@ class Program:
     other_keys: set[Key] = field(default_factory=set)
     placed_through: list[tuple[Key, Key]] = field(default_factory=list)  # `x.to(device)`: x, device
     handed: list[Handed] = field(default_factory=list)  # for the keywords Program.of was asked about
+    # What each attribute is bound to anywhere in the classes read: the callee as written
+    # (`nn.Dropout`), None for a value that is not a call of a name.
+    attribute_callees: dict[str, set[str | None]] = field(default_factory=dict)
     # Attribute names other files of the run keep comparing with CUDA, with where (engine.program.run).
     compared_elsewhere: dict[str, str] = field(default_factory=dict)
 
@@ -207,6 +210,7 @@ class _Reader(ast.NodeVisitor):
             if isinstance(statement, _DEFINITIONS) and not self._in_focus(statement):
                 if self.scopes[-1].is_class:
                     self._bind_attribute(statement.name, statement)
+                    self._callees(statement)
                 continue
             exits = isinstance(statement, ast.If) and _exits(statement)
             if (exits or isinstance(statement, ast.Assert)) and i + 1 < len(body):
@@ -358,6 +362,7 @@ class _Reader(ast.NodeVisitor):
             self._bind(target.value, value)
         elif isinstance(target, ast.Attribute):
             self._value(("attr", target.attr), value)
+            self._callee(target.attr, value)
         elif isinstance(target, ast.Name):
             moved = _moved_in_chain(value)
             if moved is not None:
@@ -370,6 +375,19 @@ class _Reader(ast.NodeVisitor):
                 self._value(self._resolve(target.id), value)
             if _is_extension(value, self.loaders):
                 self.extensions.add(target.id)
+
+    def _callees(self, method: ast.stmt) -> None:
+        """What a method not read otherwise binds its attributes to (Program.attribute_callees)."""
+        for node in ast.walk(method):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute):
+                        self._callee(target.attr, node.value)
+
+    def _callee(self, attribute: str, value: ast.expr) -> None:
+        called = isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute)
+        callee = ast.unparse(value.func) if called else None  # type: ignore[attr-defined]
+        self.program.attribute_callees.setdefault(attribute, set()).add(callee)
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = node.args

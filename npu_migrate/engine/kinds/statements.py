@@ -1,0 +1,394 @@
+"""`statements:` rules: a short run of consecutive statements in one block, linked by the names
+they assign and read (eager attention written as `attn = q @ k.transpose(-2, -1) * scale`;
+`attn = attn.softmax(dim=-1)`; `x = attn @ v`), fused into one expression of the statement that
+reads the last of them. The fix removes the statements and puts the template in place of the
+`into` expression; it is made only where the data flow shows nothing else reads what the
+statements computed, and where the operator's documented limits that a rule names (tensor
+ranks, the class of a module called) are proven from the code. Otherwise the match is reported
+with the fix held, and why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, cast
+
+import libcst as cst
+from pydantic import AfterValidator, Field, model_validator
+
+from npu_migrate.engine.holds import subtree
+from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
+from npu_migrate.engine.kinds.fields import Strict
+from npu_migrate.engine.kinds.pattern import _parses
+from npu_migrate.engine.names import dotted_parts
+from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
+from npu_migrate.engine.ranks import Ranks
+from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN, READ_ELSEWHERE
+from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.model import Hold
+from npu_migrate.prefilter import Prefilter
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
+    from npu_migrate.rules.schema import Rule
+
+PatternSource = Annotated[str, AfterValidator(_parses)]
+
+
+class Step(Strict):
+    pattern: PatternSource | list[PatternSource] = Field(
+        description="A statement pattern, or a list of alternatives (the first that matches binds)."
+    )
+    optional: bool = Field(default=False, description="The statement may be absent.")
+
+    @property
+    def alternatives(self) -> list[Pattern]:
+        sources = self.pattern if isinstance(self.pattern, list) else [self.pattern]
+        return [Pattern.compile(s) for s in sources]
+
+
+class StatementsMatch(Strict):
+    statements: list[Step] = Field(
+        min_length=1,
+        description="Consecutive statements of one block, in order; $NAME binds the same code in each.",
+    )
+    into: PatternSource | list[PatternSource] = Field(
+        description="An expression in the statement right after them (or a list of alternatives), "
+        "which the fix replaces by its template (the statements themselves are removed)."
+    )
+    simple: list[str] = Field(
+        default_factory=list, description="Metavariables that must match a plain name or attribute chain."
+    )
+    rank: dict[str, int | list[int]] = Field(
+        default_factory=dict,
+        description="Metavariables whose tensor rank the function's code must prove (engine.ranks), "
+        "e.g. {Q: 4} for an operator that reads (B, N, S, D), or {MASK: [2, 4]}.",
+    )
+    instance_of: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Metavariables matching an attribute (`self.attn_drop`) that the file must bind "
+        "only to instances of these classes, e.g. {DROP: [torch.nn.Dropout]}.",
+    )
+
+    @model_validator(mode="after")
+    def _guards_name_metavariables(self) -> StatementsMatch:
+        bound = set(METAVARIABLE.findall(" ".join(_sources(self))))
+        for guard in ("simple", "rank", "instance_of"):
+            unknown = set(getattr(self, guard)) - bound
+            if unknown:
+                raise ValueError(
+                    f"{guard}: ${', $'.join(sorted(unknown))} is not a metavariable of the statements"
+                )
+        return self
+
+
+def _sources(match: StatementsMatch) -> list[str]:
+    return [p.source for step in match.statements for p in step.alternatives] + [
+        p.source for p in _into(match)
+    ]
+
+
+def _into(match: StatementsMatch) -> list[Pattern]:
+    return [Pattern.compile(s) for s in (match.into if isinstance(match.into, list) else [match.into])]
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """What an applied match does to its block (in the original tree): these statements go, and
+    the reader becomes `reader_fixed`."""
+
+    body: Sequence[cst.BaseStatement]  # the block's, as it was
+    removed: tuple[cst.BaseStatement, ...]
+    reader: cst.BaseStatement
+    reader_fixed: cst.BaseStatement
+
+
+class StatementsMatcher(Matcher):
+    kind: StatementsKind
+
+    def __init__(self, ctx: FileContext, kind: Kind) -> None:
+        super().__init__(ctx, kind)
+        self._edits: dict[int, _Edit] = {}  # id(candidate) -> its edit
+
+    def hooks(self) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
+        return {}, {cst.IndentedBlock: self._leave}
+
+    def _leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[Candidate]:
+        block, fixed_block = cast(cst.IndentedBlock, original), cast(cst.IndentedBlock, updated)
+        functions = self.ctx.facts.functions
+        if len(block.body) < 2 or not functions or len(fixed_block.body) != len(block.body):
+            return []
+        candidates: list[Candidate] = []
+        taken: set[int] = set()
+        for start in range(len(block.body) - 1):
+            for rule, match in self.kind.entries:
+                found = self._match_at(match, block.body, start)
+                if found is None or taken & set(range(start, found[0] + 1)):
+                    continue
+                reader_index, bindings, into = found
+                candidate = self._candidate(
+                    rule, match, block, fixed_block, start, reader_index, bindings, into
+                )
+                if candidate is not None:
+                    candidates.append(candidate)
+                    taken |= set(range(start, reader_index + 1))
+        return candidates
+
+    def _match_at(
+        self, match: StatementsMatch, body: Sequence[cst.BaseStatement], start: int
+    ) -> tuple[int, dict[str, cst.CSTNode], cst.CSTNode] | None:
+        """Where the statements from `start` match: (the reader's index, the bindings, the `into`
+        node inside the reader), or None."""
+        bindings: dict[str, cst.CSTNode] = {}
+        index = start
+        qualify = self.ctx.table.qualify
+        for step in match.statements:
+            node = _matchable(body[index]) if index < len(body) else None
+            found = None
+            if node is not None:
+                found = next(
+                    (b for p in step.alternatives if (b := p.match(node, qualify, bindings)) is not None),
+                    None,
+                )
+            if found is not None:
+                bindings, index = found, index + 1
+            elif not step.optional:
+                return None
+        if index == start or index >= len(body):
+            return None
+        patterns = _into(match)
+        for node in subtree(body[index]):
+            for into in patterns:
+                if (
+                    isinstance(node, into.root_type)
+                    and (found := into.match(node, qualify, bindings)) is not None
+                ):
+                    return index, found, node
+        return None
+
+    def _candidate(
+        self,
+        rule: Rule,
+        match: StatementsMatch,
+        block: cst.IndentedBlock,
+        fixed_block: cst.IndentedBlock,
+        start: int,
+        reader_index: int,
+        bindings: dict[str, cst.CSTNode],
+        into: cst.CSTNode,
+    ) -> Candidate | None:
+        removed = tuple(block.body[start:reader_index])
+        reader = block.body[reader_index]
+        inside = {id(n) for statement in removed for n in subtree(statement)}
+        if any(m.applied and id(m.node) in inside for m in self.ctx.matches):
+            return None  # another fix changed these statements: its edit would be lost
+        if not all(
+            isinstance(b := bindings[name], cst.BaseExpression) and dotted_parts(b) for name in match.simple
+        ):
+            return None
+        fixed = self._fixed_reader(rule, bindings, fixed_block.body[reader_index], into)
+        if fixed is None:
+            return None
+        fixed_reader, needed = fixed
+        held = self._chain_read(removed, reader, into) or self._unproven_rank(match, bindings, removed[0])
+        instance_of = tuple(
+            (parts[-1], tuple(classes))
+            for name, classes in match.instance_of.items()
+            if name in bindings
+            for parts in [dotted_parts(cast(cst.BaseExpression, bindings[name])) or ["", ""]]
+        )
+        if held is None and any(not attribute for attribute, _ in instance_of):
+            held = Hold(
+                OPERATOR_LIMIT_UNPROVEN, "the module called is not an attribute whose class the file shows"
+            )
+        candidate = Candidate(
+            rule,
+            fixed_reader,
+            needed,
+            part=f"statements@{start}",
+            held=held,
+            at=(removed[0], reader),
+            instance_of=instance_of,
+        )
+        self._edits[id(candidate)] = _Edit(block.body, removed, reader, fixed_reader)
+        return candidate
+
+    def _fixed_reader(
+        self,
+        rule: Rule,
+        bindings: dict[str, cst.CSTNode],
+        fixed_reader: cst.BaseStatement,
+        into: cst.CSTNode,
+    ) -> tuple[cst.BaseStatement, tuple[str, ...]] | None:
+        """The reader (as other fixes left it) with the template in place of `into`, and the
+        modules the template needs; None where another fix changed `into` (it is then not found
+        as it was)."""
+        if rule.fix is None or not rule.fix.template:
+            return fixed_reader, ()
+        codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
+        try:
+            template, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
+        except ValueError:
+            return None
+        target = next((n for n in subtree(fixed_reader) if n.deep_equals(into)), None)
+        if target is None or not isinstance(into, cst.BaseExpression):
+            return None
+        template = cast(cst.BaseExpression, template).with_changes(lpar=into.lpar, rpar=into.rpar)
+        return cast(cst.BaseStatement, fixed_reader.deep_replace(target, template)), tuple(needed)
+
+    def _chain_read(
+        self, removed: tuple[cst.BaseStatement, ...], reader: cst.BaseStatement, into: cst.CSTNode
+    ) -> Hold | None:
+        """Why the names the statements assign are still read once they are gone: in the reader
+        outside `into`, after the reader, or anywhere else in a loop around them."""
+        chain = {name for statement in removed for name in _assigned(statement)}
+        function = self.ctx.facts.functions[-1]
+        in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)}
+        gone = {id(n) for statement in removed for n in subtree(statement)} | {id(n) for n in subtree(into)}
+        looped = any(
+            isinstance(node, cst.For | cst.While) and any(n is reader for n in subtree(node))
+            for node in subtree(function)
+        )
+        after = False
+        for node, past_reader in _names_in_order(function, reader):
+            after = after or past_reader
+            if node.value not in chain or id(node) in gone:
+                continue
+            if id(node) in in_reader or after or looped:
+                where = "there" if id(node) in in_reader else "after it"
+                line = code_of(_line_of(function, node), self.ctx.module)
+                return Hold(
+                    READ_ELSEWHERE,
+                    f"`{node.value}`, which these statements compute, is read {where} (`{line}`): "
+                    "the fused code does not compute it",
+                )
+        return None
+
+    def _unproven_rank(
+        self, match: StatementsMatch, bindings: dict[str, cst.CSTNode], first: cst.BaseStatement
+    ) -> Hold | None:
+        ranks = Ranks(self.ctx.facts.functions[-1], first)
+        for name, wanted in match.rank.items():
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            node = cast(cst.BaseExpression, bindings[name])
+            found = ranks.of(node)
+            if found not in allowed:
+                code = code_of(node, self.ctx.module)
+                seen = f"it is {found}-D" if found is not None else "its rank is not seen"
+                dims = " or ".join(f"{n}-D" for n in allowed)
+                return Hold(
+                    OPERATOR_LIMIT_UNPROVEN,
+                    f"the code does not show `{code}` is {dims}, as the fused operator needs ({seen})",
+                )
+        return None
+
+    def compose(self, updated: cst.CSTNode, applied: Sequence[Candidate]) -> Fixed:
+        """The block without the removed statements, each reader fixed."""
+        edits = [self._edits[id(c)] for c in applied]
+        block = cast(cst.IndentedBlock, updated)
+        gone = {id(s) for edit in edits for s in edit.removed}
+        readers = {id(edit.reader): edit for edit in edits}
+        body: list[cst.BaseStatement] = []
+        for original, statement in zip(edits[0].body, block.body, strict=True):
+            if id(original) in gone:
+                continue
+            edit = readers.get(id(original))
+            if edit is not None:
+                comments = [line for line in _leading(original) if line.comment is not None]
+                heading = [*_leading(edit.removed[0]), *comments]
+                statement = edit.reader_fixed.with_changes(leading_lines=heading)
+            body.append(statement)
+        return block.with_changes(body=body)
+
+
+def _leading(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    """The blank and comment lines above a statement."""
+    return cast(Sequence[cst.EmptyLine], getattr(statement, "leading_lines", ()))
+
+
+def _matchable(statement: cst.BaseStatement) -> cst.CSTNode | None:
+    """What a step pattern is matched against: a line's one small statement, or a compound
+    statement whole."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return statement.body[0] if len(statement.body) == 1 else None
+    return statement
+
+
+def _assigned(statement: cst.CSTNode) -> Iterator[str]:
+    """The plain names a statement (or any statement inside it) assigns."""
+    for node in subtree(statement):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            elements = target.elements if isinstance(target, cst.Tuple | cst.List) else [target]
+            for element in elements:
+                value = element.value if isinstance(element, cst.BaseElement) else element
+                if isinstance(value, cst.Name):
+                    yield value.value
+
+
+def _names_in_order(tree: cst.CSTNode, mark: cst.CSTNode) -> Iterator[tuple[cst.Name, bool]]:
+    """The names the code reads or binds, in source order, each with whether `mark` is behind
+    it (attribute names and keyword names aside: they name no variable)."""
+    passed = False
+
+    def walk(node: cst.CSTNode) -> Iterator[tuple[cst.Name, bool]]:
+        nonlocal passed
+        if isinstance(node, cst.Name):
+            yield node, passed
+        for child in node.children:
+            if isinstance(node, cst.Attribute) and child is node.attr:
+                continue
+            if isinstance(node, cst.Arg) and child is node.keyword:
+                continue
+            yield from walk(child)
+        if node is mark:
+            passed = True
+
+    yield from walk(tree)
+
+
+def _line_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
+    """The innermost simple statement line around `node` (the node itself if none)."""
+    found: cst.CSTNode = node
+    for line in subtree(function):
+        if isinstance(line, cst.SimpleStatementLine) and any(n is node for n in subtree(line)):
+            found = line
+    return found
+
+
+class StatementsKind(Kind[StatementsMatch]):
+    key = "statements"
+    schema = StatementsMatch
+    matcher_type = StatementsMatcher
+    fixes = frozenset({"template"})
+
+    @staticmethod
+    def bindable(match: StatementsMatch) -> set[str]:
+        return set(METAVARIABLE.findall(" ".join(_sources(match))))
+
+    @staticmethod
+    def keys(match: StatementsMatch) -> set[str]:
+        """Statement runs compete with each other only: keyed by their first step."""
+        return {"statements:" + "|".join(p.source for p in match.statements[0].alternatives)}
+
+    def need(self, prefilter: Prefilter) -> None:
+        """The words every alternative of each required step (and of `into`) spells."""
+        for _, match in self.entries:
+            required = [step.alternatives for step in match.statements if not step.optional] + [_into(match)]
+            words = set().union(*(set.intersection(*(set(p.words) for p in ps)) for ps in required))
+            prefilter.need(frozenset(words))
+
+    def anchor(self, anchors: Anchors) -> None:
+        """Each required step spells the first anchor of one of its alternatives; the matches
+        need their whole function (the data flow is read there)."""
+        for _, match in self.entries:
+            choices: list[list[Token]] = []
+            for step in match.statements:
+                firsts = [p.anchors()[:1] for p in step.alternatives]
+                if not step.optional and all(firsts):
+                    choices.append([token for first in firsts for token in first[0]])
+            anchors.rule(*choices, function=True)

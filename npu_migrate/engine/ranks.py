@@ -1,0 +1,292 @@
+"""Tensor ranks proven from a function's own code: a fused operator that reads its inputs as
+(B, N, S, D) must get 4-D tensors, and a guard can only say so where the code shows it.
+
+A rank is proven by the value a name last got before the point asked about: a `view`,
+`reshape` or `permute` with its sizes spelled out, an einops `rearrange` whose output side is
+written out, and what keeps or changes a known rank (`transpose`, `contiguous`, casts, an
+integer index, `unbind`, `chunk` and `split` unpacked). A value bound in a branch counts only
+if every binding since the last unconditional one agrees. Anything else (a parameter, a module
+call, a helper's return) is unknown: the guard holds the fix."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import cast
+
+import libcst as cst
+
+from npu_migrate.engine.names import dotted_parts
+
+# Methods that give a tensor of their receiver's rank.
+_KEEP = frozenset({
+    "transpose", "contiguous", "float", "half", "bfloat16", "double", "to", "type_as", "type",
+    "clone", "detach", "softmax", "mul", "div", "add", "sub", "masked_fill", "expand_as", "cuda",
+    "npu", "cpu", "requires_grad_",
+})  # fmt: skip
+_SPELLED = frozenset({"view", "reshape", "permute"})  # the sizes (or the order) spelled out
+_UNPACKED_KEEP = frozenset({"chunk", "split", "tensor_split"})  # each part keeps the rank
+_DEPTH = 12
+
+
+@dataclass(frozen=True)
+class _Binding:
+    value: cst.BaseExpression | None  # None: unknown
+    index: int | None  # the element of a tuple target it binds, if any
+    conditional: bool  # inside a compound statement that does not hold the point asked about
+    order: int  # bindings are numbered in source order: a value reads the bindings before its own
+
+
+def _number(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer | cst.Float) or (
+        isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer | cst.Float)
+    )
+
+
+class Ranks:
+    """The ranks of values in one function, asked at one statement of it."""
+
+    def __init__(self, function: cst.FunctionDef, at: cst.CSTNode) -> None:
+        self.function = function
+        self.at = at
+        self._bindings: dict[str, list[_Binding]] = {}
+        self._count = 0
+        self._read(function.body, conditional=False)
+
+    def of(self, expression: cst.BaseExpression, depth: int = 0, before: int = 1 << 30) -> int | None:
+        """The rank of `expression` at the statement asked about, or None where not proven."""
+        if depth > _DEPTH:
+            return None
+        if isinstance(expression, cst.Name):
+            return self._of_name(expression.value, depth, before)
+        if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
+            return self._of_method(expression, depth, before)
+        if isinstance(expression, cst.Call):
+            return _rearranged(expression)
+        if isinstance(expression, cst.Subscript):
+            inner = self.of(expression.value, depth + 1, before)
+            change = _indexed(expression)
+            return None if inner is None or change is None else inner + change
+        if isinstance(expression, cst.BinaryOperation):
+            tensors = [s for s in (expression.left, expression.right) if not _number(s)]
+            if len(tensors) == 1:  # a tensor and a number: the tensor's rank
+                return self.of(tensors[0], depth + 1, before)
+        return None
+
+    def _of_name(self, name: str, depth: int, before: int) -> int | None:
+        bindings = [b for b in self._bindings.get(name, []) if b.order < before]
+        ranks = []
+        for binding in reversed(bindings):
+            rank = self._of_binding(binding, depth + 1)
+            if rank is None:
+                return None
+            ranks.append(rank)
+            if not binding.conditional:
+                break
+        else:
+            return None  # no binding that always runs: a parameter, or bound only in branches
+        return ranks[0] if len(set(ranks)) == 1 else None
+
+    def _of_binding(self, binding: _Binding, depth: int) -> int | None:
+        value, before = binding.value, binding.order
+        if value is None:
+            return None
+        if binding.index is None:
+            return self.of(value, depth, before)
+        if isinstance(value, cst.Tuple | cst.List):
+            elements = value.elements
+            if binding.index < len(elements) and not isinstance(elements[binding.index], cst.StarredElement):
+                return self.of(elements[binding.index].value, depth, before)
+            return None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            method = value.func.attr.value
+            receiver = self.of(value.func.value, depth, before)
+            if receiver is None:
+                return None
+            if method == "unbind":
+                return receiver - 1
+            if method in _UNPACKED_KEEP:
+                return receiver
+        if (
+            isinstance(value, cst.Call)
+            and (dotted_parts(value.func) or [""])[-1] in _UNPACKED_KEEP
+            and value.args
+        ):
+            return self.of(value.args[0].value, depth, before)  # torch.chunk(x, 2, dim=-1)
+        return None
+
+    def _of_method(self, call: cst.Call, depth: int, before: int) -> int | None:
+        assert isinstance(call.func, cst.Attribute)
+        method = call.func.attr.value
+        if method in ("cat", "concat", "stack") and isinstance(call.func.value, cst.Name) and call.args:
+            # torch.cat([a, b], dim=...): the parts' rank, which torch makes them share (one more, stacked)
+            parts = call.args[0].value
+            if not isinstance(parts, cst.List | cst.Tuple):
+                return None
+            ranks = {self.of(e.value, depth + 1, before) for e in parts.elements} - {None}
+            return ranks.pop() + (method == "stack") if len(ranks) == 1 else None  # type: ignore[operator]
+        if method in _SPELLED:
+            return _spelled(call)
+        if method in _KEEP:
+            return self.of(call.func.value, depth + 1, before)
+        receiver = self.of(call.func.value, depth + 1, before)
+        if receiver is not None and method == "unsqueeze":
+            return receiver + 1
+        if receiver is not None and method == "squeeze" and call.args:
+            return receiver - 1
+        return None
+
+    def _read(self, body: cst.BaseSuite, conditional: bool) -> bool:
+        """Records the bindings before `self.at`; True once `self.at` is reached."""
+        if isinstance(body, cst.SimpleStatementSuite):  # `if x: a = b`
+            for small in body.body:
+                self._bind(small, conditional)
+            return False
+        for statement in cast(cst.IndentedBlock, body).body:
+            if statement is self.at:
+                return True
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    self._bind(small, conditional)
+                continue
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                self._add(statement.name.value, None, None, conditional)  # a definition: no tensor
+                continue
+            assert isinstance(statement, cst.BaseCompoundStatement)
+            for suite in _suites(statement):
+                if _contains(suite, self.at):
+                    return self._read(suite, conditional)
+            for suite in _suites(statement):
+                self._read(suite, conditional=True)
+            for name in _header_names(statement):
+                self._add(name, None, None, conditional)  # a loop target, `with ... as x`: unknown
+        return False
+
+    def _add(self, name: str, value: cst.BaseExpression | None, index: int | None, conditional: bool) -> None:
+        """A binding of `name` (value None: one whose rank this module does not prove)."""
+        self._count += 1
+        self._bindings.setdefault(name, []).append(_Binding(value, index, conditional, self._count))
+
+    def _bind(self, statement: cst.BaseSmallStatement, conditional: bool) -> None:
+        if isinstance(statement, cst.Assign):
+            for target in statement.targets:
+                self._bind_target(target.target, statement.value, conditional)
+        elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+            self._bind_target(statement.target, statement.value, conditional)
+        elif (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.target, cst.Name)
+            and not _number(statement.value)  # `x *= 2` keeps a tensor's rank; anything else: unknown
+        ):
+            self._add(statement.target.value, None, None, conditional)
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression, conditional: bool) -> None:
+        if isinstance(target, cst.Name):
+            self._add(target.value, value, None, conditional)
+        elif isinstance(target, cst.Tuple | cst.List):
+            for index, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    starred = isinstance(element, cst.StarredElement)
+                    if starred:
+                        self._add(element.value.value, None, None, conditional)
+                    else:
+                        self._add(element.value.value, value, index, conditional)
+
+
+def _suites(statement: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
+    """The bodies of a compound statement, in order (an `if`'s elif/else chain included)."""
+    node: cst.CSTNode | None = statement
+    while node is not None:
+        body = getattr(node, "body", None)
+        if isinstance(body, cst.BaseSuite):
+            yield body
+        for handler in getattr(node, "handlers", ()):
+            yield handler.body
+        for case in getattr(node, "cases", ()):
+            yield case.body
+        for attribute in ("orelse", "finalbody"):
+            extra = getattr(node, attribute, None)
+            if isinstance(extra, cst.If):
+                yield from _suites(extra)
+            elif extra is not None and isinstance(getattr(extra, "body", None), cst.BaseSuite):
+                yield extra.body
+        node = None
+
+
+def _header_names(statement: cst.BaseCompoundStatement) -> Iterator[str]:
+    """The names a compound statement's header binds (a loop's target, `with ... as x`)."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(statement, cst.For):
+        targets.append(statement.target)
+    if isinstance(statement, cst.With):
+        targets += [item.asname.name for item in statement.items if item.asname is not None]
+    for target in targets:
+        for node in _walk(target):
+            if isinstance(node, cst.Name):
+                yield node.value
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in _walk(tree))
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _spelled(call: cst.Call) -> int | None:
+    """The rank a `view`/`reshape`/`permute` spells: its argument count, or the length of one
+    tuple or list argument; None for a shape held in a variable (`x.view(shape)`, `*sizes`)."""
+    args = call.args
+    if any(a.star or a.keyword for a in args):
+        return None
+    if len(args) == 1:
+        only = args[0].value
+        if isinstance(only, cst.Tuple | cst.List):
+            return (
+                None if any(isinstance(e, cst.StarredElement) for e in only.elements) else len(only.elements)
+            )
+        if _number(only):
+            return 1
+        return None  # `x.view(shape)`, `x.view(torch.float16)`
+    return len(args) or None
+
+
+_EINOPS_AXIS = re.compile(r"\([^)]*\)|\.\.\.|[^\s()]+")
+
+
+def _rearranged(call: cst.Call) -> int | None:
+    """An einops `rearrange(x, "b n (h d) -> b h n d", ...)`: the output side's axes."""
+    if (dotted_parts(call.func) or [""])[-1] != "rearrange" or len(call.args) < 2:
+        return None
+    spec = call.args[1].value
+    if not isinstance(spec, cst.SimpleString) or "->" not in spec.evaluated_value:
+        return None
+    output = str(spec.evaluated_value).split("->", 1)[1]
+    axes = _EINOPS_AXIS.findall(output)
+    return None if "..." in axes else len(axes)
+
+
+def _indexed(subscript: cst.Subscript) -> int | None:
+    """How indexing changes a rank: -1 per integer index, +1 per None, 0 per slice; None for
+    anything else (a tensor index, an ellipsis beside integers)."""
+    change = 0
+    for element in subscript.slice:
+        index = element.slice
+        if isinstance(index, cst.Slice):
+            continue
+        if not isinstance(index, cst.Index):
+            return None
+        value = index.value
+        if _number(value):
+            change -= 1
+        elif isinstance(value, cst.Name) and value.value == "None":
+            change += 1
+        elif isinstance(value, cst.Ellipsis) and len(subscript.slice) == 1:
+            continue
+        else:
+            return None
+    return change
