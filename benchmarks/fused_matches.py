@@ -7,17 +7,35 @@ Each repository is a bare git mirror (the library's `fetch` brings them to /work
 checked out as benchmarks/real_repos.py does and scanned with the catalog (`scan --format
 json`). Prints one line per rule of the fused category: the fixes `apply --unsafe` would make,
 those held (by reason), the report-only findings, and the repositories it matched in; then the
-rules that matched nothing."""
+rules that matched nothing, and the eager-attention score products (`s = q @ k.transpose(...)`,
+`torch.matmul(q, k.transpose(...))`) that no statements rule matched: the forms still missed."""
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
+
+# A statement that computes attention scores as eager attention does (what a statements rule
+# starts at): `attn = (q @ k.transpose(-2, -1)) * scale`, `torch.matmul(q, k.transpose(2, 3))`.
+SCORES = re.compile(r"^[ \t]*\w+ = .*(?:@ *\(?\w+\.transpose\(|matmul\(\w+, *\w+\.transpose\()", re.M)
+
+
+def score_lines(tree: Path) -> set[tuple[str, int]]:
+    """Where the tree's Python files compute eager-attention scores: (file, line)."""
+    found = set()
+    for path in tree.rglob("*.py"):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        found |= {(str(path), text.count("\n", 0, m.start()) + 1) for m in SCORES.finditer(text)}
+    return found
 
 
 def main() -> None:
@@ -27,11 +45,17 @@ def main() -> None:
     reported: Counter[str] = Counter()
     held: dict[str, Counter[str]] = defaultdict(Counter)
     where: dict[str, set[str]] = defaultdict(set)
+    missed: Counter[str] = Counter()
+    statement_rules = {r.code for r in fused.values() if "statements" in r.model_dump()["match"]}
     for mirror in mirrors:
         with tempfile.TemporaryDirectory() as scratch:
             tree, _ = clone(mirror, Path(scratch))
             _, _, _, out = watched(cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache"))
-        for finding in json.loads(out)["findings"] if out.strip() else []:
+            scores = score_lines(tree)
+        findings = json.loads(out)["findings"] if out.strip() else []
+        started = {(f["file"], f["line"]) for f in findings if f["code"] in statement_rules}
+        missed[mirror.parent.name] = len(scores - started)
+        for finding in findings:
             code = finding["code"]
             if code not in fused:
                 continue
@@ -54,6 +78,11 @@ def main() -> None:
         )
     silent = sorted(code for code in fused if code not in where)
     print(f"{len(silent)} of {len(fused)} fused rules matched nothing: {', '.join(silent)}")
+    print(
+        f"eager-attention score products no statements rule matched: {sum(missed.values())} ("
+        + ", ".join(f"{name}: {n}" for name, n in missed.most_common() if n)
+        + ")"
+    )
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def _spelled(call: cst.Call) -> int | None:
     return len(args) or None
 
 
-_EINOPS_AXIS = re.compile(r"\([^)]*\)|\.\.\.|[^\s()]+")
+_EINOPS_AXIS = re.compile(r"\([^()]*\)?|\.\.\.|[^\s().]+|\.")
 
 
 def _rearranged(call: cst.Call) -> int | None:

@@ -401,3 +401,113 @@ def test_a_dropped_import_is_a_delete_not_a_finding() -> None:
     applied = migrate_source(code.encode(), catalog, UNSAFE)
     assert [f.rule.code for f in applied.findings] == ["NPU920"], "the flash_attn import is gone, not left"
     assert applied.removed_imports == [(2, "flash_attn.flash_attn_func")]
+
+
+# Attention modules in the forms real projects write them over several statements (statements
+# rules): the class, its input shape, and what the rewrite must write.
+ATTENTION_MODULES = {
+    "NPU947-timm-convit-mhsa": (
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, dim=32, num_heads=4, attn_drop=0.0):\n"
+        "        super().__init__()\n"
+        "        self.num_heads = num_heads\n"
+        "        self.scale = (dim // num_heads) ** -0.5\n"
+        "        self.qkv = torch.nn.Linear(dim, dim * 3)\n"
+        "        self.attn_drop = torch.nn.Dropout(attn_drop)\n"
+        "        self.proj = torch.nn.Linear(dim, dim)\n\n"
+        "    def forward(self, x):\n"
+        "        B, N, C = x.shape\n"
+        "        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads)"
+        ".permute(2, 0, 3, 1, 4)\n"
+        "        q, k, v = qkv.unbind(0)\n\n"
+        "        attn = (q @ k.transpose(-2, -1)) * self.scale\n"
+        "        attn = attn.softmax(dim=-1)\n"
+        "        attn = self.attn_drop(attn)\n\n"
+        "        x = (attn @ v).transpose(1, 2).reshape(B, N, C)\n"
+        "        return self.proj(x)\n",
+        "keep_prob=1.0 - self.attn_drop.p if self.attn_drop.training else 1.0)[0]",
+    ),
+    "NPU947-dino-qkv-indexed": (
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, dim=32, num_heads=2):\n"
+        "        super().__init__()\n"
+        "        self.num_heads = num_heads\n"
+        "        self.scale = (dim // num_heads) ** -0.5\n"
+        "        self.qkv = torch.nn.Linear(dim, dim * 3)\n"
+        "        self.proj = torch.nn.Linear(dim, dim)\n\n"
+        "    def forward(self, x):\n"
+        "        B, N, C = x.shape\n"
+        "        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads)"
+        ".permute(2, 0, 3, 1, 4)\n"
+        "        q, k, v = qkv[0], qkv[1], qkv[2]\n"
+        "        attn = (q @ k.transpose(-2, -1)) * self.scale\n"
+        "        attn = F.softmax(attn, dim=-1)\n"
+        "        x = (attn @ v).transpose(1, 2).reshape(B, N, C)\n"
+        "        return self.proj(x)\n",
+        '"BNSD", scale=self.scale)[0]',
+    ),
+    "NPU948-timm-rot-attention-pool": (
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, dim=32, num_heads=4):\n"
+        "        super().__init__()\n"
+        "        self.num_heads, self.head_dim = num_heads, dim // num_heads\n"
+        "        self.scale = self.head_dim ** -0.5\n"
+        "        self.qkv = torch.nn.Linear(dim, dim * 3)\n"
+        "        self.attn_drop = torch.nn.Dropout(0.0)\n"
+        "        self.fused_attn = False\n\n"
+        "    def forward(self, x):\n"
+        "        B, N, C = x.shape\n"
+        "        x = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)\n"
+        "        q, k, v = x.unbind(0)\n"
+        "        q = torch.cat([q[:, :, :1, :], q[:, :, 1:, :].flip(-1)], dim=2).type_as(v)\n"
+        "        if self.fused_attn:\n"
+        "            x = F.scaled_dot_product_attention(q, k, v)\n"
+        "        else:\n"
+        "            q = q * self.scale\n"
+        "            attn = q @ k.transpose(-2, -1)\n"
+        "            attn = attn.softmax(dim=-1)\n"
+        "            attn = self.attn_drop(attn)\n"
+        "            x = attn @ v\n"
+        "        return x.transpose(1, 2).reshape(B, N, -1)\n",
+        '"BNSD", scale=self.scale, keep_prob=',
+    ),
+}
+STATEMENTS_INDEX = RuleIndex([r for r in load_rules() if r.code in {"NPU947", "NPU948", "NPU949"}])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", sorted(ATTENTION_MODULES))
+def test_fused_statements_train_like_the_original(case: str, dtype) -> None:
+    """The module rewritten by a statements rule, on the emulated operator, gives the original's
+    forward and, over three SGD steps in training mode, the original's weights (in fp32 closely;
+    in bf16 as close as the original's own bf16 run is to its fp32 one, doubled)."""
+    source, expect = ATTENTION_MODULES[case]
+    result = migrate_source((HEADER + source).encode(), STATEMENTS_INDEX, UNSAFE)
+    assert result.new_source is not None, [(f.rule.code, f.held) for f in result.findings]
+    fused_source = result.new_source.decode()
+    assert expect in fused_source and "softmax" not in fused_source.split("def forward")[1], fused_source
+    inputs = randn(3, 6, 32)
+
+    def trained(code: str, run_dtype) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        net = function(code, "Net")().to(run_dtype)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        net.eval()
+        outputs = [net(inputs.to(run_dtype)).detach().float()]
+        net.train()
+        for _ in range(3):
+            optimizer.zero_grad()
+            net(inputs.to(run_dtype)).float().pow(2).mean().backward()
+            optimizer.step()
+        return outputs + [p.detach().float() for p in net.parameters()]
+
+    truth = trained(HEADER + source, torch.float32)
+    got = trained(fused_source, dtype)
+    if dtype == torch.float32:
+        for a, b in zip(got, truth, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        return
+    plain = trained(HEADER + source, dtype)
+    for a, b, c in zip(got, truth, plain, strict=True):
+        tolerance = max(2**-6 * b.abs().max().item(), 2 * (c - b).abs().max().item())
+        torch.testing.assert_close(a, b, rtol=2**-6, atol=tolerance)

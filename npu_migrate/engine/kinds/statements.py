@@ -186,6 +186,8 @@ class StatementsMatcher(Matcher):
             isinstance(b := bindings[name], cst.BaseExpression) and dotted_parts(b) for name in match.simple
         ):
             return None
+        if rule.fix is None:  # a report: nothing to hold, nothing to edit
+            return Candidate(rule, None, part=f"statements@{start}", at=(removed[0], reader))
         fixed = self._fixed_reader(rule, bindings, fixed_block.body[reader_index], into)
         if fixed is None:
             return None
@@ -222,9 +224,8 @@ class StatementsMatcher(Matcher):
     ) -> tuple[cst.BaseStatement, tuple[str, ...]] | None:
         """The reader (as other fixes left it) with the template in place of `into`, and the
         modules the template needs; None where another fix changed `into` (it is then not found
-        as it was)."""
-        if rule.fix is None or not rule.fix.template:
-            return fixed_reader, ()
+        as it was) or the template needs a metavariable no statement bound."""
+        assert rule.fix is not None and rule.fix.template
         codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
         try:
             template, needed = fill(rule.fix.template, codes, self.ctx.table.spell)

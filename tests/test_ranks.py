@@ -1,0 +1,69 @@
+"""Tensor ranks proven from a function's code (engine.ranks), in the forms real attention code
+takes them: what a fused operator's layout guard may rely on, and what it must not."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from npu_migrate.engine.ranks import Ranks
+
+FORWARD = """
+def forward(self, x, mask, q_in):
+    B, N, C = x.shape
+    qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    a, b, c = qkv.unbind(0)
+    h = rearrange(x, "b n (h d) -> b h n d", h=4)
+    t = self.q(x).view(B, N, 4, 8).transpose(1, 2) * 2
+    r = torch.cat([a[:, :, :1, :], rotate(a[:, :, 1:, :])], dim=2).type_as(v)
+    s = torch.stack([a, b])
+    g, u = t.chunk(2, dim=-1)
+    if mask is not None:
+        w = t.float()
+    else:
+        w = x
+    z = t
+    for z in range(3):
+        pass
+    n = self.norm(a)
+    e = q_in[None]
+    a = a.unsqueeze(1)
+    attn = q @ k
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("qkv", 5),  # permute(2, 0, 3, 1, 4)
+        ("q", 4),  # qkv[0]
+        ("v", 4),
+        ("b", 4),  # qkv.unbind(0)
+        ("h", 4),  # einops' output side
+        ("t", 4),  # view(B, N, 4, 8), transposed, times a number
+        ("r", 4),  # torch.cat: the parts' rank, whichever part shows it (timm's RoPE pool)
+        ("s", 5),  # torch.stack: one more
+        ("g", 4),  # a chunk keeps the rank
+        ("a", 5),  # the last binding counts (unsqueeze), not the first
+        ("w", None),  # bound in both branches, to different ranks
+        ("z", None),  # a loop target last
+        ("n", None),  # a module's output: not seen
+        ("x", None),  # a parameter
+        ("e", None),  # a parameter, indexed
+    ],
+)
+def test_a_rank_is_proven_only_from_what_the_code_shows(name: str, rank: int | None) -> None:
+    function = cst.parse_module(FORWARD).body[0]
+    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+    ranks = Ranks(function, function.body.body[-1])
+    assert ranks.of(cst.Name(name)) == rank
+
+
+def test_a_binding_reads_the_bindings_before_it() -> None:
+    """`q = q * s` is the rank of the q before it, and a binding after the point asked about
+    does not count."""
+    code = "def f(x):\n    q = x.view(1, 2, 3)\n    q = q * 2\n    y = q\n    q = q.unsqueeze(0)\n"
+    function = cst.parse_module(code).body[0]
+    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+    assert Ranks(function, function.body.body[2]).of(cst.Name("q")) == 3
