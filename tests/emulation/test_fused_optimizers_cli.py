@@ -109,3 +109,33 @@ def test_the_emulation_refuses_what_the_npu_kernels_do_not_take() -> None:
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["NotImplementedError", "ok", "RuntimeError", "ok"]
+
+
+ATTENTION = Path(__file__).parents[2] / "fixtures" / "eager_attention"
+
+
+def test_eager_attention_fused_over_statements_trains_like_the_original(tmp_path: Path) -> None:
+    """`apply --unsafe` fuses timm's ConViT attention (four statements) into npu_fusion_attention,
+    holds DINO's (its attention map is returned), and the migrated training run on the emulated
+    NPU ends with the original's weights."""
+    original, migrated = tmp_path / "original", tmp_path / "migrated"
+    shutil.copytree(ATTENTION, original)
+    shutil.copytree(ATTENTION, migrated)
+    scanned = run_cli("scan", ".", cwd=migrated)
+    assert "is read after it (`return self.proj(x), attn`)" in scanned.stdout, scanned.stdout
+    applied = run_cli("apply", "--unsafe", ".", "--no-change-list", cwd=migrated)
+    assert applied.returncode in (0, 1), applied.stdout + applied.stderr
+    fused = (migrated / "vit.py").read_text()
+    assert fused.count("torch_npu.npu_fusion_attention(q, k, v, q.shape[1]") == 1, fused
+    assert fused.count("softmax") == 1, "the held attention keeps its softmax, the fused one loses it"
+    assert 'device = "npu" if torch.npu.is_available()' in (migrated / "train.py").read_text()
+    for tree, command in (
+        (original, [sys.executable, "train.py"]),
+        (migrated, [sys.executable, "-m", "npu_migrate", "run", "--emulate", "train.py"]),
+    ):
+        (tree / "out").mkdir()
+        ran = subprocess.run([*command, "out"], cwd=tree, capture_output=True, text=True, check=False)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    before, after = (torch.load(tree / "out" / "weights.pt") for tree in (original, migrated))
+    for name, weight in before.items():
+        torch.testing.assert_close(after[name], weight, rtol=1e-5, atol=1e-6, msg=name)
