@@ -53,8 +53,9 @@ def main() -> None:
             _, _, _, out = watched(cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache"))
             scores = score_lines(tree)
         findings = json.loads(out)["findings"] if out.strip() else []
-        started = {(f["file"], f["line"]) for f in findings if f["code"] in statement_rules}
-        missed[mirror.parent.name] = len(scores - started)
+        spans = [(f["file"], f["line"], f["end_line"]) for f in findings if f["code"] in statement_rules]
+        matched = {(file, line) for file, first, last in spans for line in range(first, last + 1)}
+        missed[mirror.parent.name] = len(scores - matched)
         for finding in findings:
             code = finding["code"]
             if code not in fused:
