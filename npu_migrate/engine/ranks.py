@@ -17,6 +17,7 @@ from typing import cast
 
 import libcst as cst
 
+from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.names import dotted_parts
 
 # Methods that give a tensor of their receiver's rank.
@@ -222,19 +223,13 @@ def _header_names(statement: cst.BaseCompoundStatement) -> Iterator[str]:
     if isinstance(statement, cst.With):
         targets += [item.asname.name for item in statement.items if item.asname is not None]
     for target in targets:
-        for node in _walk(target):
+        for node in subtree(target):
             if isinstance(node, cst.Name):
                 yield node.value
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in _walk(tree))
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+    return any(n is node for n in subtree(tree))
 
 
 def _spelled(call: cst.Call) -> int | None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
-def _parses(value: str) -> str:
+def parses(value: str) -> str:
     try:
         Pattern.compile(value)
     except Exception as exc:  # libcst's parser errors are multi-line; keep the first line
@@ -33,7 +33,7 @@ def _parses(value: str) -> str:
 
 
 class PatternMatch(Strict):
-    pattern: Annotated[str, AfterValidator(_parses)] = Field(
+    pattern: Annotated[str, AfterValidator(parses)] = Field(
         description="Python expression or statement; $NAME metavariables match any expression."
     )
     simple: list[str] = Field(
@@ -44,7 +44,7 @@ class PatternMatch(Strict):
         default_factory=dict,
         description="Code a metavariable must not match, e.g. {P: [self]}.",
     )
-    assigned: list[Annotated[str, AfterValidator(_parses)]] = Field(
+    assigned: list[Annotated[str, AfterValidator(parses)]] = Field(
         default_factory=list,
         description="Assignment patterns, one of which must bind the match's names earlier in the "
         "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
@@ -123,7 +123,7 @@ class PatternMatcher(Matcher):
         if not functions or not isinstance(functions[-1].body, cst.IndentedBlock):
             return None
         lines = list(statement_lines(list(functions[-1].body.body)))
-        assigned = [_assigned_names(s) for _, s in lines]
+        assigned = [assigned_names(s) for _, s in lines]
         for index, (line, statement) in enumerate(lines):
             for source in match.assigned:
                 pattern = Pattern.compile(source)
@@ -215,7 +215,7 @@ class PatternKind(Kind[PatternMatch]):
             )
 
 
-def _assigned_names(statement: cst.CSTNode) -> set[str]:
+def assigned_names(statement: cst.CSTNode) -> set[str]:
     """Plain names a small statement assigns to."""
     targets: list[cst.BaseExpression] = []
     if isinstance(statement, cst.Assign):

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, model_validator
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
-from npu_migrate.engine.kinds.pattern import _parses
+from npu_migrate.engine.kinds.pattern import assigned_names, parses
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.ranks import Ranks
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
-PatternSource = Annotated[str, AfterValidator(_parses)]
+PatternSource = Annotated[str, AfterValidator(parses)]
 
 
 class Step(Strict):
@@ -242,7 +242,7 @@ class StatementsMatcher(Matcher):
     ) -> Hold | None:
         """Why the names the statements assign are still read once they are gone: in the reader
         outside `into`, after the reader, or anywhere else in a loop around them."""
-        chain = {name for statement in removed for name in _assigned(statement)}
+        chain = set().union(*map(_assigned, removed))
         function = self.ctx.facts.functions[-1]
         in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)}
         gone = {id(n) for statement in removed for n in subtree(statement)} | {id(n) for n in subtree(into)}
@@ -315,20 +315,9 @@ def _matchable(statement: cst.BaseStatement) -> cst.CSTNode | None:
     return statement
 
 
-def _assigned(statement: cst.CSTNode) -> Iterator[str]:
+def _assigned(statement: cst.CSTNode) -> set[str]:
     """The plain names a statement (or any statement inside it) assigns."""
-    for node in subtree(statement):
-        targets: list[cst.BaseExpression] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, cst.AnnAssign | cst.AugAssign):
-            targets = [node.target]
-        for target in targets:
-            elements = target.elements if isinstance(target, cst.Tuple | cst.List) else [target]
-            for element in elements:
-                value = element.value if isinstance(element, cst.BaseElement) else element
-                if isinstance(value, cst.Name):
-                    yield value.value
+    return set().union(*map(assigned_names, subtree(statement)))
 
 
 def _names_in_order(tree: cst.CSTNode, mark: cst.CSTNode) -> Iterator[tuple[cst.Name, bool]]:
