@@ -1,14 +1,17 @@
 """How often each fused-operator rule matches real code, and how often its guard holds it: the
 figure that tells a rule written to its own examples from one that finds real code.
 
-    python benchmarks/fused_matches.py [--mirrors DIR] [--only NAME ...] [--jobs N]
+    python -m benchmarks.fused_matches [--mirrors DIR] [--only NAME ...] [--jobs N]
 
-Each repository is a bare git mirror (the library's `fetch` brings them to /work/.mirror),
-checked out as benchmarks/real_repos.py does and scanned with the catalog (`scan --format
-json`). Prints one line per rule of the fused category: the fixes `apply --unsafe` would make,
-those held (by reason), the report-only findings, and the repositories it matched in; then the
-rules that matched nothing, and the eager-attention score products (`s = q @ k.transpose(...)`,
-`torch.matmul(q, k.transpose(...))`) that no statements rule matched: the forms still missed."""
+The sources: every bare git mirror in DIR (the library's `fetch` brings them to /work/.mirror),
+checked out as benchmarks/real_repos.py does, and two published releases pinned by sha256
+(tests/sources.py): transformers 4.30 (Hugging Face's LLMs before SDPA) and diffusers 0.21 (a
+Stable Diffusion pipeline's attention processors). Each is scanned with the catalog (`scan
+--format json`). Prints, per source, the fused swaps made, held and missed; then one line per
+rule of the fused category: the fixes `apply --unsafe` would make, those held (by reason), the
+report-only findings, and the sources it matched in; then the rules that matched nothing, and
+the eager-attention score products (`s = q @ k.transpose(...)`, `torch.matmul(q, k.transpose(
+...))`) that no statements rule matched: the forms still missed."""
 
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ from pathlib import Path
 
 from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
+from tests.sources import DIFFUSERS_0_21, TRANSFORMERS_4_30, fetch
+
+RELEASES = {"transformers-4.30.2": TRANSFORMERS_4_30, "diffusers-0.21.4": DIFFUSERS_0_21}
 
 # A statement that computes attention scores as eager attention does (what a statements rule
 # starts at): `attn = (q @ k.transpose(-2, -1)) * scale`, `torch.matmul(q, k.transpose(2, 3))`.
@@ -47,28 +53,41 @@ def main() -> None:
     where: dict[str, set[str]] = defaultdict(set)
     missed: Counter[str] = Counter()
     statement_rules = {r.code for r in fused.values() if "statements" in r.model_dump()["match"]}
-    for mirror in mirrors:
+    trees: list[tuple[str, Path | None]] = [(m.parent.name, m) for m in mirrors]
+    trees += [(name, None) for name in RELEASES if not args.only or name in args.only]
+    per_source: list[str] = []
+    for name, mirror in trees:
         with tempfile.TemporaryDirectory() as scratch:
-            tree, _ = clone(mirror, Path(scratch))
+            tree = clone(mirror, Path(scratch))[0] if mirror is not None else fetch(RELEASES[name])
             _, _, _, out = watched(cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache"))
             scores = score_lines(tree)
         findings = json.loads(out)["findings"] if out.strip() else []
         spans = [(f["file"], f["line"], f["end_line"]) for f in findings if f["code"] in statement_rules]
         matched = {(file, line) for file, first, last in spans for line in range(first, last + 1)}
-        missed[mirror.parent.name] = len(scores - matched)
+        missed[name] = len(scores - matched)
+        counts: Counter[str] = Counter()
         for finding in findings:
             code = finding["code"]
             if code not in fused:
                 continue
-            where[code].add(mirror.parent.name)
+            where[code].add(name)
             if finding["held"]:
                 held[code][finding["held_reason"] or finding["held"]] += 1
+                counts["held"] += 1
             elif finding["replacement"] is not None:
                 made[code] += 1
+                counts["made"] += 1
             else:
                 reported[code] += 1
-        print(f"scanned {mirror.parent.name}", flush=True)
-    print(f"\n{len(mirrors)} repositories; per fused rule: made, held (by reason), reported, where")
+                counts["reported"] += 1
+        per_source.append(
+            f"{name}: made {counts['made']}, held {counts['held']}, reported {counts['reported']}, "
+            f"missed score products {missed[name]}"
+        )
+        print(f"scanned {name}", flush=True)
+    print(f"\n{len(trees)} sources; per source: fused swaps made, held, reported, missed")
+    print("\n".join(per_source))
+    print("\nper fused rule: made, held (by reason), reported, where")
     for code, rule in sorted(fused.items()):
         if code not in where:
             continue

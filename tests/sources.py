@@ -95,6 +95,16 @@ OPEN_CLIP = Snapshot(
     "mlfoundations/open_clip", "89fb801f1e6087880e951fc8354b8a2077b79c6d", ("src", "tests", "pyproject.toml")
 )
 MMENGINE = Snapshot("open-mmlab/mmengine", "254342938d9bde1775c39ea7d5181c5d294026c4")
+TRANSFORMERS_4_30 = Release(  # Hugging Face before SDPA: LlamaAttention's eager attention (benchmarks)
+    f"{FILES}/cf/33/b4b6f44f1d0ccf39de69de2fcbcb98847b42594c8d078e216f5369c1292e/transformers-4.30.2.tar.gz",
+    "f4a8aac4e1baffab4033f4a345b0d7dc7957d12a4f1ba969afea08205a513045",
+    "transformers-4.30.2/src/transformers",
+)
+DIFFUSERS_0_21 = Release(  # a Stable Diffusion pipeline's attention processors, SDPA and eager (benchmarks)
+    f"{FILES}/f3/a2/bb69b0d51d60003d3b974a685cb29057f67128de1606cef47fdf938e9c13/diffusers-0.21.4.tar.gz",
+    "3fac38833179427f167c675dda71ee7b4f5e627200457a8d527e40cdaf972688",
+    "diffusers-0.21.4/src/diffusers",
+)
 DIFFUSERS = Release(
     f"{FILES}/07/7f/53828ff41b86c3274099327627ff5cb7581a2cc9db3bcb39e5212c4140b7/diffusers-0.31.0-py3-none-any.whl",
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",

@@ -16,6 +16,8 @@ class Facts:
         self._not_references: set[cst.CSTNode] = set()
         self.chains: dict[cst.CSTNode, list[str]] = {}  # outermost dotted references -> their parts
         self.functions: list[cst.FunctionDef] = []
+        self.line: cst.SimpleStatementLine | None = None  # the simple statement line being walked
+        self.conditionals: list[cst.IfExp] = []  # the conditional expressions around the node
 
     def is_reference(self, node: cst.Name | cst.Attribute) -> bool:
         return node not in self._not_references
@@ -30,6 +32,22 @@ class Facts:
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.line = node
+
+    def leave_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.line = None
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self.conditionals.append(node)
+
+    def leave_IfExp(self, node: cst.IfExp) -> None:
+        self.conditionals.pop()
+
+    def fallback_of(self, node: cst.CSTNode) -> cst.IfExp | None:
+        """The conditional expression whose `else` value `node` is, if any."""
+        return next((c for c in reversed(self.conditionals) if c.orelse is node), None)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._not_references.add(node.name)

@@ -33,6 +33,12 @@ def chain_source(
     return table.spell(new_qualified)
 
 
+def framed(new: cst.BaseExpression, old: cst.BaseExpression) -> cst.BaseExpression:
+    """`new` in `old`'s place: with `old`'s parentheses where it has them, else with its own
+    (a template's `(a if c else b)` keeps them, so `.transpose(...)` after it reads it whole)."""
+    return new.with_changes(lpar=old.lpar or new.lpar, rpar=old.rpar or new.rpar)
+
+
 def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression:
     new = cst.parse_expression(code)
     return new.with_changes(lpar=old.lpar, rpar=old.rpar)

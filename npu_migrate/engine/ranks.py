@@ -19,6 +19,9 @@ import libcst as cst
 
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.names import dotted_parts
+from npu_migrate.engine.patterns import code_of
+from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN
+from npu_migrate.model import Hold
 
 # Methods that give a tensor of their receiver's rank.
 _KEEP = frozenset({
@@ -193,6 +196,34 @@ class Ranks:
                         self._add(element.value.value, None, None, conditional)
                     else:
                         self._add(element.value.value, value, index, conditional)
+
+
+def unproven_rank(
+    function: cst.FunctionDef | None,
+    at: cst.CSTNode | None,
+    wanted: dict[str, int | list[int]],
+    values: dict[str, cst.BaseExpression],
+    module: cst.Module,
+) -> Hold | None:
+    """Why a fused operator's rank limit is not proven for these values at statement `at` of
+    `function` (a rule's `rank:` guard); None when every value has a wanted rank. Outside a
+    function, or with no statement to ask at, nothing is proven."""
+    ranks = Ranks(function, at) if function is not None and at is not None else None
+    for name, ranks_allowed in wanted.items():
+        allowed = ranks_allowed if isinstance(ranks_allowed, list) else [ranks_allowed]
+        if name not in values:
+            continue  # not passed: the operator's own default, nothing to prove
+        node = values[name]
+        found = ranks.of(node) if ranks is not None else None
+        if found not in allowed:
+            seen = f"it is {found}-D" if found is not None else "its rank is not seen"
+            dims = " or ".join(f"{n}-D" for n in allowed)
+            code = code_of(node, module)
+            return Hold(
+                OPERATOR_LIMIT_UNPROVEN,
+                f"the code does not show `{code}` is {dims}, as the fused operator needs ({seen})",
+            )
+    return None
 
 
 def _suites(statement: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:

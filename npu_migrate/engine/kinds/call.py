@@ -5,22 +5,25 @@ call from a template whose metavariables are the callee's parameters."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import libcst as cst
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from npu_migrate.engine.fixes import chain_source, edit_keywords, replace_expression
+from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replace_expression
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, parameter
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.kinds.fields import ArgCondition, QualifiedNames, Strict
+from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
-from npu_migrate.engine.patterns import code_of, fill
+from npu_migrate.engine.patterns import Pattern, code_of, fill
+from npu_migrate.engine.ranks import unproven_rank
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 
 if TYPE_CHECKING:
+    from npu_migrate.model import Hold
     from npu_migrate.rules.schema import Rule
 
 
@@ -34,6 +37,17 @@ class CallMatch(Strict):
         default=False,
         description="Match only calls whose arguments all fit `signature` (no other keywords, "
         "no *args or **kwargs): what a fix does not know, it must not drop.",
+    )
+    unless_fallback_of: list[Annotated[str, AfterValidator(parses)]] = Field(
+        default_factory=list,
+        description="Tests over the parameters ($attn_mask is None) under which the call is already "
+        "the fallback: a call that is the `else` of a conditional expression whose test matches one "
+        "is left alone (what a fix `fused if $attn_mask is None else <the call>` writes).",
+    )
+    rank: dict[str, int | list[int]] = Field(
+        default_factory=dict,
+        description="Parameters whose tensor rank the function's code must prove (engine.ranks), "
+        "else the fix is held, e.g. {query: 4} for an operator that reads (B, N, S, D).",
     )
 
 
@@ -51,9 +65,37 @@ class CallMatcher(Matcher):
                 continue
             if not conditions_hold(self.ctx, original, match.args, match.signature):
                 continue
+            if match.unless_fallback_of and self._already_fallback(match, original):
+                continue
             fixed, imports = self._fixed(rule, match, qualified, original, updated)
-            candidates.append(Candidate(rule, fixed, imports, specificity=specificity))
+            held = self._unproven_rank(match, original) if fixed is not None else None
+            candidates.append(Candidate(rule, fixed, imports, specificity=specificity, held=held))
         return candidates
+
+    def _already_fallback(self, match: CallMatch, original: cst.Call) -> bool:
+        conditional = self.ctx.facts.fallback_of(original)
+        if conditional is None:
+            return False
+        passed = {
+            name: values[0]
+            for name in match.signature
+            if (values := parameter(original, name, match.signature))
+        }
+        return any(
+            Pattern.compile(test).match(conditional.test, self.ctx.table.qualify, dict(passed)) is not None
+            for test in match.unless_fallback_of
+        )
+
+    def _unproven_rank(self, match: CallMatch, original: cst.Call) -> Hold | None:
+        if not match.rank:
+            return None
+        functions = self.ctx.facts.functions
+        values = {
+            name: passed[0] for name in match.rank if (passed := parameter(original, name, match.signature))
+        }
+        return unproven_rank(
+            functions[-1] if functions else None, self.ctx.facts.line, match.rank, values, self.ctx.module
+        )
 
     def _fixed(
         self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call
@@ -84,7 +126,7 @@ class CallMatcher(Matcher):
             except ValueError:
                 return None, ()  # an argument the template needs is missing: report only
             assert isinstance(node, cst.BaseExpression)
-            return node.with_changes(lpar=updated.lpar, rpar=updated.rpar), (*needed, *more)
+            return framed(node, updated), (*needed, *more)
         return None, ()
 
 
@@ -117,7 +159,8 @@ class CallKind(Kind[CallMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """A condition on an argument's string or name is spelled in every match, and is often
-        rarer than the callee (`dtype=torch.float64` of `torch.zeros`)."""
+        rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A rank guard reads the
+        whole function around the call."""
         for _, match in self.entries:
             alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
@@ -125,4 +168,4 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            anchors.rule(*alternatives)
+            anchors.rule(*alternatives, function=bool(match.rank))

@@ -1,7 +1,7 @@
 """`pattern:` rules: code patterns with $NAME metavariables (an expression, a statement or a
 whole `def`), matched structurally with dotted names resolved through imports; guards on what
-metavariables may bind (plain names, excluded code, the data flow of `assigned`); template
-fixes."""
+metavariables may bind (plain names, excluded code, the data flow of `assigned`, the tensor
+ranks of `rank`); template fixes."""
 
 from __future__ import annotations
 
@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
+from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.names import dotted_parts, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
+from npu_migrate.engine.ranks import unproven_rank
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
 
 if TYPE_CHECKING:
+    from npu_migrate.model import Hold
     from npu_migrate.rules.schema import Rule
 
 
@@ -49,6 +52,11 @@ class PatternMatch(Strict):
         description="Assignment patterns, one of which must bind the match's names earlier in the "
         "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
         "and $X is a plain name not assigned there or after it.",
+    )
+    rank: dict[str, int | list[int]] = Field(
+        default_factory=dict,
+        description="Metavariables whose tensor rank the function's code must prove (engine.ranks), "
+        "else the fix is held, e.g. {Q: 4} for an operator that reads (B, N, S, D).",
     )
     hoist: dict[str, str] = Field(
         default_factory=dict,
@@ -93,13 +101,24 @@ class PatternMatcher(Matcher):
                 continue
             fixed: cst.CSTNode | None = None
             needed: list[str] = []
+            held = None
             if rule.fix and rule.fix.template:
                 codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
                 codes.update({h.variable: h.name for h in hoists})
                 fixed, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
                 fixed = _framed_like(fixed, updated)
-            candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists))
+                held = self._unproven_rank(match, bindings)
+            candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists, held=held))
         return candidates
+
+    def _unproven_rank(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> Hold | None:
+        if not match.rank:
+            return None
+        functions = self.ctx.facts.functions
+        values = {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank if name in bindings}
+        return unproven_rank(
+            functions[-1] if functions else None, self.ctx.facts.line, match.rank, values, self.ctx.module
+        )
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
         """Checks the pattern's guards (hoisted metavariables count as the plain names they become)."""
@@ -207,11 +226,12 @@ class PatternKind(Kind[PatternMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
-        data flow of its function, needs that whole function."""
+        data flow (or the ranks) of its function, needs that whole function."""
         for _, match in self.entries:
             pattern = Pattern.compile(match.pattern)
             anchors.rule(
-                *pattern.anchors(), function=bool(match.assigned) or pattern.root_type is cst.FunctionDef
+                *pattern.anchors(),
+                function=bool(match.assigned or match.rank) or pattern.root_type is cst.FunctionDef,
             )
 
 
@@ -234,7 +254,7 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
 def _framed_like(fixed: cst.CSTNode, matched: cst.CSTNode) -> cst.CSTNode:
     """The fixed node keeps the matched node's parentheses, or its comment and blank lines."""
     if isinstance(matched, cst.BaseExpression) and isinstance(fixed, cst.BaseExpression):
-        return fixed.with_changes(lpar=matched.lpar, rpar=matched.rpar)
+        return framed(fixed, matched)
     if isinstance(matched, cst.BaseCompoundStatement) and isinstance(fixed, cst.BaseCompoundStatement):
         return fixed.with_changes(leading_lines=matched.leading_lines)
     return fixed

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
+from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.kinds.pattern import assigned_names, parses
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
-from npu_migrate.engine.ranks import Ranks
+from npu_migrate.engine.ranks import unproven_rank
 from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN, READ_ELSEWHERE
 from npu_migrate.engine.regions import Anchors, Token
 from npu_migrate.model import Hold
@@ -192,7 +193,13 @@ class StatementsMatcher(Matcher):
         if fixed is None:
             return None
         fixed_reader, needed = fixed
-        held = self._chain_read(removed, reader, into) or self._unproven_rank(match, bindings, removed[0])
+        held = self._chain_read(removed, reader, into) or unproven_rank(
+            self.ctx.facts.functions[-1],
+            removed[0],
+            match.rank,
+            {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank},
+            self.ctx.module,
+        )
         instance_of = tuple(
             (parts[-1], tuple(classes))
             for name, classes in match.instance_of.items()
@@ -234,7 +241,7 @@ class StatementsMatcher(Matcher):
         target = next((n for n in subtree(fixed_reader) if n.deep_equals(into)), None)
         if target is None or not isinstance(into, cst.BaseExpression):
             return None
-        template = cast(cst.BaseExpression, template).with_changes(lpar=into.lpar, rpar=into.rpar)
+        template = framed(cast(cst.BaseExpression, template), into)
         return cast(cst.BaseStatement, fixed_reader.deep_replace(target, template)), tuple(needed)
 
     def _chain_read(
@@ -262,24 +269,6 @@ class StatementsMatcher(Matcher):
                     READ_ELSEWHERE,
                     f"`{node.value}`, which these statements compute, is read {where} (`{line}`): "
                     "the fused code does not compute it",
-                )
-        return None
-
-    def _unproven_rank(
-        self, match: StatementsMatch, bindings: dict[str, cst.CSTNode], first: cst.BaseStatement
-    ) -> Hold | None:
-        ranks = Ranks(self.ctx.facts.functions[-1], first)
-        for name, wanted in match.rank.items():
-            allowed = wanted if isinstance(wanted, list) else [wanted]
-            node = cast(cst.BaseExpression, bindings[name])
-            found = ranks.of(node)
-            if found not in allowed:
-                code = code_of(node, self.ctx.module)
-                seen = f"it is {found}-D" if found is not None else "its rank is not seen"
-                dims = " or ".join(f"{n}-D" for n in allowed)
-                return Hold(
-                    OPERATOR_LIMIT_UNPROVEN,
-                    f"the code does not show `{code}` is {dims}, as the fused operator needs ({seen})",
                 )
         return None
 
