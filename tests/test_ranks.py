@@ -67,3 +67,61 @@ def test_a_binding_reads_the_bindings_before_it() -> None:
     function = cst.parse_module(code).body[0]
     assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
     assert Ranks(function, function.body.body[2]).of(cst.Name("q")) == 3
+
+
+CALLED = """
+def apply_rotary_pos_emb(q, k, cos, sin):
+    q_embed = q
+    return q_embed
+
+class LlamaAttention:
+    def forward(self, hidden_states, cos, sin):
+        # Hugging Face's LlamaAttention (4.30): q made 4-D here, rotated by a helper
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, -1).transpose(1, 2)
+        key_states = self.k_proj(hidden_states)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self._attend(hidden_states.view(bsz, q_len, self.num_heads, -1), query_states)
+
+    def _attend(self, q, rotated):
+        return q
+"""
+
+
+def _asked(module: cst.Module, name: str) -> Ranks:
+    """Ranks at the last statement of the function or method `name`, the whole file at hand."""
+    for node in (*module.body, *(s for c in module.body if isinstance(c, cst.ClassDef) for s in c.body.body)):
+        if isinstance(node, cst.FunctionDef) and node.name.value == name:
+            assert isinstance(node.body, cst.IndentedBlock)
+            return Ranks(node, node.body.body[-1], module)
+    raise AssertionError(name)
+
+
+def test_a_parameter_has_the_rank_every_call_in_the_file_passes() -> None:
+    module = cst.parse_module(CALLED)
+    rotary = _asked(module, "apply_rotary_pos_emb")
+    assert rotary.of(cst.Name("q")) == 4  # the one call passes query_states, view(4 sizes)
+    assert rotary.of(cst.Name("k")) is None  # the call passes a module's output
+    attend = _asked(module, "_attend")
+    assert attend.of(cst.Name("q")) == 4  # a method called as self._attend(...)
+    assert attend.of(cst.Name("rotated")) is None  # a helper's return: not followed
+
+
+@pytest.mark.parametrize(
+    ("more", "why"),
+    [
+        ("\ndef other(x):\n    return apply_rotary_pos_emb(x.view(1, 2), x, x, x)\n", "a call passes 2-D"),
+        ("\nROPE = apply_rotary_pos_emb\n", "referred to other than by a call"),
+        ("\ndef other(x):\n    return apply_rotary_pos_emb(*x)\n", "the arguments are unpacked"),
+    ],
+)
+def test_a_parameter_is_unproven_where_a_call_disagrees_or_is_not_seen(more: str, why: str) -> None:
+    rotary = _asked(cst.parse_module(CALLED + more), "apply_rotary_pos_emb")
+    assert rotary.of(cst.Name("q")) is None, why
+
+
+def test_without_the_whole_file_a_parameter_is_not_followed() -> None:
+    """Regions of a file may hold only some of the calls: then no call is believed."""
+    function = cst.parse_module(CALLED).body[0]
+    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+    assert Ranks(function, function.body.body[-1]).of(cst.Name("q")) is None

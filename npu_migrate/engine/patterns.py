@@ -231,6 +231,8 @@ def _same(
             parts = dotted_parts(node) if isinstance(node, cst.BaseExpression) else None
             if parts is None:
                 return False
+            if len(wanted) == 1 and parts == wanted:
+                return True  # a plain name is the file's own (`rotate_half`), defined or imported
             return (qualify(parts) or ".".join(parts)) == ".".join(wanted)
     if type(pattern) is not type(node):
         return False

@@ -5,8 +5,11 @@ A rank is proven by the value a name last got before the point asked about: a `v
 `reshape` or `permute` with its sizes spelled out, an einops `rearrange` whose output side is
 written out, and what keeps or changes a known rank (`transpose`, `contiguous`, casts, an
 integer index, `unbind`, `chunk` and `split` unpacked). A value bound in a branch counts only
-if every binding since the last unconditional one agrees. Anything else (a parameter, a module
-call, a helper's return) is unknown: the guard holds the fix."""
+if every binding since the last unconditional one agrees. A parameter has the rank every call of
+its function in the file passes, where the whole file is at hand (`callers`): a top-level
+function called by name, or a method called as `self.name(...)`, and referred to no other way
+(callers in other files are not seen: a public helper's rank is what this file passes it).
+Anything else (a module call, a helper's return) is unknown: the guard holds the fix."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ _KEEP = frozenset({
 _SPELLED = frozenset({"view", "reshape", "permute"})  # the sizes (or the order) spelled out
 _UNPACKED_KEEP = frozenset({"chunk", "split", "tensor_split"})  # each part keeps the rank
 _DEPTH = 12
+_HOPS = 3  # calls followed back from a parameter
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,13 @@ def _number(node: cst.BaseExpression) -> bool:
 class Ranks:
     """The ranks of values in one function, asked at one statement of it."""
 
-    def __init__(self, function: cst.FunctionDef, at: cst.CSTNode) -> None:
+    def __init__(
+        self, function: cst.FunctionDef, at: cst.CSTNode, callers: cst.Module | None = None, hops: int = 0
+    ) -> None:
         self.function = function
         self.at = at
+        self.callers = callers  # the whole file, where parameters may be followed to their calls
+        self.hops = hops  # calls followed to get here
         self._bindings: dict[str, list[_Binding]] = {}
         self._count = 0
         self._read(function.body, conditional=False)
@@ -89,8 +97,29 @@ class Ranks:
             if not binding.conditional:
                 break
         else:
-            return None  # no binding that always runs: a parameter, or bound only in branches
+            if not bindings:
+                return self._of_parameter(name)
+            return None  # no binding that always runs: bound only in branches
         return ranks[0] if len(set(ranks)) == 1 else None
+
+    def _of_parameter(self, name: str) -> int | None:
+        """The rank every call of this function in the file passes for parameter `name`."""
+        if self.callers is None or self.hops >= _HOPS:
+            return None
+        calls = _calls_of(self.callers, self.function)
+        params = [*self.function.params.posonly_params, *self.function.params.params]
+        position = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        if calls is None or not calls[1] or position is None:
+            return None
+        method, found = calls
+        position -= method  # `self` is not passed
+        ranks = set()
+        for call, caller, statement in found:
+            argument = _argument(call, position, name)
+            if argument is None:
+                return None
+            ranks.add(Ranks(caller, statement, self.callers, self.hops + 1).of(argument))
+        return ranks.pop() if len(ranks) == 1 else None
 
     def _of_binding(self, binding: _Binding, depth: int) -> int | None:
         value, before = binding.value, binding.order
@@ -204,11 +233,13 @@ def unproven_rank(
     wanted: dict[str, int | list[int]],
     values: dict[str, cst.BaseExpression],
     module: cst.Module,
+    callers: cst.Module | None = None,
 ) -> Hold | None:
     """Why a fused operator's rank limit is not proven for these values at statement `at` of
     `function` (a rule's `rank:` guard); None when every value has a wanted rank. Outside a
-    function, or with no statement to ask at, nothing is proven."""
-    ranks = Ranks(function, at) if function is not None and at is not None else None
+    function, or with no statement to ask at, nothing is proven; `callers`: the whole file, where
+    a parameter's rank is what the calls of its function pass."""
+    ranks = Ranks(function, at, callers) if function is not None and at is not None else None
     for name, ranks_allowed in wanted.items():
         allowed = ranks_allowed if isinstance(ranks_allowed, list) else [ranks_allowed]
         if name not in values:
@@ -224,6 +255,66 @@ def unproven_rank(
                 f"the code does not show `{code}` is {dims}, as the fused operator needs ({seen})",
             )
     return None
+
+
+def _calls_of(
+    module: cst.Module, function: cst.FunctionDef
+) -> tuple[bool, list[tuple[cst.Call, cst.FunctionDef, cst.CSTNode]]] | None:
+    """Whether `function` is a method, and every call of it in the module with the function and
+    statement it is made in; None where it is referred to otherwise (passed on, decorated,
+    called from outside a function), so its callers are not all seen."""
+    name = function.name.value
+    top = any(s is function for s in module.body)
+    method = not top and any(
+        isinstance(c, cst.ClassDef) and any(s is function for s in cast(cst.IndentedBlock, c.body).body)
+        for c in module.body
+    )
+    if not (top or method) or function.decorators:
+        return None
+    found: list[tuple[cst.Call, cst.FunctionDef, cst.CSTNode]] = []
+    referred = 0
+
+    def refers(node: cst.CSTNode) -> bool:
+        if method:
+            return (
+                isinstance(node, cst.Attribute)
+                and node.attr.value == name
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "self"
+            )
+        return isinstance(node, cst.Name) and node.value == name
+
+    def walk(node: cst.CSTNode, caller: cst.FunctionDef | None, statement: cst.CSTNode | None) -> None:
+        nonlocal referred
+        if isinstance(node, cst.FunctionDef):
+            caller = node
+            walk(node.body, caller, None)  # its name and parameters refer to nothing
+            return
+        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement) and caller is not None:
+            statement = node if isinstance(node, cst.SimpleStatementLine) or statement is None else statement
+            if isinstance(node, cst.BaseCompoundStatement):
+                statement = node
+        if refers(node):
+            referred += 1
+        if isinstance(node, cst.Call) and refers(node.func) and caller is not None and statement is not None:
+            found.append((node, caller, statement))
+        for child in node.children:
+            walk(child, caller, statement)
+
+    for statement in module.body:
+        walk(statement, None, None)
+    return (method, found) if referred == len(found) else None
+
+
+def _argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | None:
+    """The value a call passes for the parameter at `position` named `name` (None: not passed,
+    or hidden in *args / **kwargs)."""
+    positional = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in call.args):
+        return None
+    if position < len(positional):
+        return positional[position].value
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
 def _suites(statement: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:

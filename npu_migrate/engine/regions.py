@@ -71,6 +71,7 @@ class Token:
 class _Rule:
     alternatives: tuple[frozenset[Token], ...]
     function: bool
+    whole: bool = False  # its matches read the whole file (the callers of their function)
 
 
 @dataclass
@@ -83,13 +84,15 @@ class Anchors:
     _string_regexes: tuple[str, ...] = ()
     anywhere: bool = False  # some rule has no anchor: every file is parsed whole
 
-    def rule(self, *alternatives: Iterable[Token], function: bool = False) -> None:
-        """One rule's anchors; `function`: its matches need their whole enclosing function."""
+    def rule(self, *alternatives: Iterable[Token], function: bool = False, whole: bool = False) -> None:
+        """One rule's anchors; `function`: its matches need their whole enclosing function;
+        `whole`: the whole file, wherever it spells them (a guard that follows a function's
+        parameters to every call of it)."""
         choices = tuple(frozenset(a) for a in alternatives)
         if not choices or not all(choices):
             self.anywhere = True
             return
-        self._rules.append(_Rule(choices, function))
+        self._rules.append(_Rule(choices, function, whole))
         strings = {t.value for c in choices for t in c if t.kind == "regex"}
         self._string_regexes = tuple(sorted(strings | set(self._string_regexes)))
         for token in (token for choice in choices for token in choice):
@@ -162,6 +165,11 @@ class Survey:
     counts: Counter[str]
     strings: dict[str, list[int]]  # string regex -> where the literals that start with it are
     rules: list[_Rule]
+
+    @property
+    def whole(self) -> bool:
+        """Whether a rule the file may spell reads the whole file: then it is parsed whole."""
+        return any(rule.whole for rule in self.rules)
 
     def lines(self, bindings: Iterable[tuple[str, str]], starts: list[int]) -> tuple[list[int], list[int]]:
         """The lines with an anchor: (for statement rules, for function rules). Of each rule's

@@ -100,6 +100,8 @@ def scan_regions(
     survey = index.anchors.survey(text, counts)
     if survey is None:
         return FileResult()
+    if survey.whole:
+        return None
     lines = split_lines(text)
     starts = line_starts(lines)
     cheap = import_bindings(text, lines, starts, where)  # enough to tell most files with no anchor apart

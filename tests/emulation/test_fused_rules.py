@@ -22,6 +22,11 @@ FUSED = RuleIndex([r for r in load_rules() if r.category == "fused"])
 UNSAFE = frozenset({Applicability.safe, Applicability.unsafe})
 HEADER = "import torch\nimport torch.nn.functional as F\n\n"
 ROTATE_HALF = "def rotate_half(x):\n    a, b = x.chunk(2, dim=-1)\n    return torch.cat((-b, a), dim=-1)\n\n"
+ROTATE_PAIRS = (  # kornia's lightglue.py: a rotate_half that rotates neighbouring pairs
+    "def rotate_half(x):\n    x = x.unflatten(-1, (-1, 2))\n    x1, x2 = x.unbind(dim=-1)\n"
+    "    return torch.stack((-x2, x1), dim=-1).flatten(start_dim=-2)\n\n"
+)
+AS_4D = "    q = q.view(q.shape[0], q.shape[1], q.shape[2], q.shape[3])\n"  # what the rank guard needs shown
 
 
 def reference_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
@@ -255,8 +260,24 @@ CASES = {
         lambda: [randn(2, 7, 32), randn(32)],
     ),
     "NPU906-rotary-half": (
-        ROTATE_HALF + "def f(q, cos, sin):\n    return (q * cos) + (rotate_half(q) * sin)\n",
+        ROTATE_HALF + "def f(q, cos, sin):\n" + AS_4D + "    return (q * cos) + (rotate_half(q) * sin)\n",
         "npu_rotary_mul(q, cos, sin)",
+        lambda: [randn(2, 3, 6, 8), randn(1, 1, 6, 8), randn(1, 1, 6, 8)],
+    ),
+    "NPU951-rotary-interleave-cogvideo": (
+        "from einops import rearrange\n\n"
+        "def rotate_half(x):\n"  # CogVideo's sat/dit_video_concat.py
+        '    x = rearrange(x, "... (d r) -> ... d r", r=2)\n'
+        "    x1, x2 = x.unbind(dim=-1)\n"
+        "    x = torch.stack((-x2, x1), dim=-1)\n"
+        '    return rearrange(x, "... d r -> ... (d r)")\n\n'
+        "def f(q, cos, sin):\n" + AS_4D + "    return q * cos + rotate_half(q) * sin\n",
+        'npu_rotary_mul(q, cos, sin, "interleave")',
+        lambda: [randn(1, 2, 5, 8), randn(1, 1, 5, 8), randn(1, 1, 5, 8)],
+    ),
+    "NPU951-rotary-interleave-kornia": (
+        ROTATE_PAIRS + "def f(q, cos, sin):\n" + AS_4D + "    return q * cos + rotate_half(q) * sin\n",
+        'npu_rotary_mul(q, cos, sin, "interleave")',
         lambda: [randn(2, 3, 6, 8), randn(1, 1, 6, 8), randn(1, 1, 6, 8)],
     ),
 }

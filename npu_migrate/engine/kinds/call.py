@@ -94,7 +94,12 @@ class CallMatcher(Matcher):
             name: passed[0] for name in match.rank if (passed := parameter(original, name, match.signature))
         }
         return unproven_rank(
-            functions[-1] if functions else None, self.ctx.facts.line, match.rank, values, self.ctx.module
+            functions[-1] if functions else None,
+            self.ctx.facts.line,
+            match.rank,
+            values,
+            self.ctx.module,
+            callers=self.ctx.module,  # the whole file: its anchors say so
         )
 
     def _fixed(
@@ -160,7 +165,7 @@ class CallKind(Kind[CallMatch]):
     def anchor(self, anchors: Anchors) -> None:
         """A condition on an argument's string or name is spelled in every match, and is often
         rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A rank guard reads the
-        whole function around the call."""
+        whole file: a parameter's rank is what every call of its function passes."""
         for _, match in self.entries:
             alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
@@ -168,4 +173,4 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            anchors.rule(*alternatives, function=bool(match.rank))
+            anchors.rule(*alternatives, function=bool(match.rank), whole=bool(match.rank))

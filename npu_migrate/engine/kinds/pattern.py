@@ -1,7 +1,7 @@
 """`pattern:` rules: code patterns with $NAME metavariables (an expression, a statement or a
 whole `def`), matched structurally with dotted names resolved through imports; guards on what
 metavariables may bind (plain names, excluded code, the data flow of `assigned`, the tensor
-ranks of `rank`); template fixes."""
+ranks of `rank`, the body of a function it calls, `defines`); template fixes."""
 
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ class PatternMatch(Strict):
         default_factory=dict,
         description="Metavariables whose tensor rank the function's code must prove (engine.ranks), "
         "else the fix is held, e.g. {Q: 4} for an operator that reads (B, N, S, D).",
+    )
+    defines: dict[str, list[list[Annotated[str, AfterValidator(parses)]]]] = Field(
+        default_factory=dict,
+        description="Functions the pattern calls by name that the file must define at its top level "
+        "with a body (its docstring aside) of one of these forms, statement by statement, their "
+        "metavariables bound within the form: what the call computes is read from its definition "
+        "(a `rotate_half` that rotates halves, not pairs).",
     )
     hoist: dict[str, str] = Field(
         default_factory=dict,
@@ -117,7 +124,12 @@ class PatternMatcher(Matcher):
         functions = self.ctx.facts.functions
         values = {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank if name in bindings}
         return unproven_rank(
-            functions[-1] if functions else None, self.ctx.facts.line, match.rank, values, self.ctx.module
+            functions[-1] if functions else None,
+            self.ctx.facts.line,
+            match.rank,
+            values,
+            self.ctx.module,
+            callers=self.ctx.module,  # the whole file: its anchors say so
         )
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
@@ -129,7 +141,31 @@ class PatternMatcher(Matcher):
             return False
         return all(
             code_of(bindings[name], self.ctx.module) not in codes for name, codes in match.exclude.items()
+        ) and all(self._defined_as(name, forms) for name, forms in match.defines.items())
+
+    def _defined_as(self, name: str, forms: list[list[str]]) -> bool:
+        """Whether the file defines `name` at its top level with a body of one of `forms`."""
+        function = next(
+            (s for s in self.ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None
         )
+        if function is None or not isinstance(function.body, cst.IndentedBlock):
+            return False
+        body = list(function.body.body)
+        if body and _docstring(body[0]):
+            body = body[1:]
+        return any(self._body_is(body, form) for form in forms)
+
+    def _body_is(self, body: list[cst.BaseStatement], form: list[str]) -> bool:
+        if len(body) != len(form):
+            return False
+        bindings: dict[str, cst.CSTNode] | None = {}
+        for statement, source in zip(body, form, strict=True):
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                return False
+            bindings = Pattern.compile(source).match(statement.body[0], self.ctx.table.qualify, bindings)
+            if bindings is None:
+                return False
+        return True
 
     def _assignment(
         self, match: PatternMatch, bindings: dict[str, cst.CSTNode]
@@ -226,12 +262,17 @@ class PatternKind(Kind[PatternMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
-        data flow (or the ranks) of its function, needs that whole function."""
+        data flow (or the ranks) of its function, needs that whole function. So does one that reads
+        a definition (`defines`): the `def` line spells the name called, so the function defined
+        is a region too. A rank guard reads the whole file: a parameter's rank is what every call
+        of its function passes."""
         for _, match in self.entries:
             pattern = Pattern.compile(match.pattern)
             anchors.rule(
                 *pattern.anchors(),
-                function=bool(match.assigned or match.rank) or pattern.root_type is cst.FunctionDef,
+                function=bool(match.assigned or match.rank or match.defines)
+                or pattern.root_type is cst.FunctionDef,
+                whole=bool(match.rank),
             )
 
 
@@ -249,6 +290,14 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
         elif isinstance(target, cst.Tuple | cst.List):
             names.update(e.value.value for e in target.elements if isinstance(e.value, cst.Name))
     return names
+
+
+def _docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
 
 
 def _framed_like(fixed: cst.CSTNode, matched: cst.CSTNode) -> cst.CSTNode:
