@@ -4,14 +4,16 @@ figure that tells a rule written to its own examples from one that finds real co
     python -m benchmarks.fused_matches [--mirrors DIR] [--only NAME ...] [--jobs N]
 
 The sources: every bare git mirror in DIR (the library's `fetch` brings them to /work/.mirror),
-checked out as benchmarks/real_repos.py does, and two published releases pinned by sha256
-(tests/sources.py): transformers 4.30 (Hugging Face's LLMs before SDPA) and diffusers 0.21 (a
-Stable Diffusion pipeline's attention processors). Each is scanned with the catalog (`scan
---format json`). Prints, per source, the fused swaps made, held and missed; then one line per
-rule of the fused category: the fixes `apply --unsafe` would make, those held (by reason), the
-report-only findings, and the sources it matched in; then the rules that matched nothing, and
-the eager-attention score products (`s = q @ k.transpose(...)`, `torch.matmul(q, k.transpose(
-...))`) that no statements rule matched: the forms still missed."""
+checked out as benchmarks/real_repos.py does; two published releases pinned by sha256
+(tests/sources.py), transformers 4.30 (Hugging Face's LLMs before SDPA) and diffusers 0.21 (a
+Stable Diffusion pipeline's attention processors); and Ascend's own ports of five public models
+(LLaMA-13B, MiniGPT-4, GPT-NeoX, DINO, BEiT v2) from its ModelZoo at a pinned commit. Each is
+scanned with the catalog (`scan --format json`). Prints, per source, the fused swaps made, held
+and reported and the score products missed; then one line per rule of the fused category: the
+fixes `apply --unsafe` would make, those held (by reason), the report-only findings, and the
+sources it matched in; then the rules that matched nothing, and the eager-attention score
+products (`s = q @ k.transpose(...)`, `torch.matmul(q, k.transpose(...))`) that no statements
+rule matched: the forms still missed."""
 
 from __future__ import annotations
 
@@ -23,9 +25,21 @@ from pathlib import Path
 
 from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
-from tests.sources import DIFFUSERS_0_21, TRANSFORMERS_4_30, fetch
+from tests.sources import (
+    DIFFUSERS_0_21,
+    MODELZOO_PORTS,
+    TRANSFORMERS_4_30,
+    Release,
+    Snapshot,
+    checkout,
+    fetch,
+)
 
-RELEASES = {"transformers-4.30.2": TRANSFORMERS_4_30, "diffusers-0.21.4": DIFFUSERS_0_21}
+PINNED: dict[str, Release | Snapshot] = {
+    "transformers-4.30.2": TRANSFORMERS_4_30,
+    "diffusers-0.21.4": DIFFUSERS_0_21,
+    "ascend-modelzoo-ports": MODELZOO_PORTS,
+}
 
 # A statement that computes attention scores as eager attention does (what a statements rule
 # starts at): `attn = (q @ k.transpose(-2, -1)) * scale`, `torch.matmul(q, k.transpose(2, 3))`.
@@ -44,6 +58,10 @@ def score_lines(tree: Path) -> set[tuple[str, int]]:
     return found
 
 
+def _pinned(source: Release | Snapshot) -> Path:
+    return fetch(source) if isinstance(source, Release) else checkout(source)
+
+
 def main() -> None:
     mirrors, args = mirrors_asked()
     fused = {r.code: r for r in load_rules() if r.category == "fused"}
@@ -54,11 +72,11 @@ def main() -> None:
     missed: Counter[str] = Counter()
     statement_rules = {r.code for r in fused.values() if "statements" in r.model_dump()["match"]}
     trees: list[tuple[str, Path | None]] = [(m.parent.name, m) for m in mirrors]
-    trees += [(name, None) for name in RELEASES if not args.only or name in args.only]
+    trees += [(name, None) for name in PINNED if not args.only or name in args.only]
     per_source: list[str] = []
     for name, mirror in trees:
         with tempfile.TemporaryDirectory() as scratch:
-            tree = clone(mirror, Path(scratch))[0] if mirror is not None else fetch(RELEASES[name])
+            tree = clone(mirror, Path(scratch))[0] if mirror is not None else _pinned(PINNED[name])
             _, _, _, out = watched(cli("scan", str(tree), "--format", "json", "-j", args.jobs, "--no-cache"))
             scores = score_lines(tree)
         findings = json.loads(out)["findings"] if out.strip() else []

@@ -95,6 +95,20 @@ OPEN_CLIP = Snapshot(
     "mlfoundations/open_clip", "89fb801f1e6087880e951fc8354b8a2077b79c6d", ("src", "tests", "pyproject.toml")
 )
 MMENGINE = Snapshot("open-mmlab/mmengine", "254342938d9bde1775c39ea7d5181c5d294026c4")
+MODELZOO_PORTS = Snapshot(  # Ascend's own ports of public models (benchmarks): what humans changed
+    "Ascend/ModelZoo-PyTorch",
+    "6a2804a358a5b18e3dac1ab902f41f88e240b00f",
+    paths=tuple(
+        f"PyTorch/built-in/{path}"
+        for path in (
+            "foundation/LLaMA-13B",
+            "foundation/MiniGPT-4",
+            "foundation/GPT-NeoX",
+            "cv/classification/DINO_ID3436_for_PyTorch",
+            "cv/classification/Beit2_for_PyTorch",
+        )
+    ),
+)
 TRANSFORMERS_4_30 = Release(  # Hugging Face before SDPA: LlamaAttention's eager attention (benchmarks)
     f"{FILES}/cf/33/b4b6f44f1d0ccf39de69de2fcbcb98847b42594c8d078e216f5369c1292e/transformers-4.30.2.tar.gz",
     "f4a8aac4e1baffab4033f4a345b0d7dc7957d12a4f1ba969afea08205a513045",

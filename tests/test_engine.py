@@ -179,8 +179,10 @@ def test_findings_carried_into_a_template_stay() -> None:
 def test_a_helper_is_added_once_after_the_imports() -> None:
     code = (
         "import torch\nimport torch.nn.functional as F\nfrom models import Block\n\n\n"
-        "def a(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n\n\n"
-        "def b(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "def a(x):\n    q = k = v = x.view(2, 4, 8, 16)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n\n\n"
+        "def b(x):\n    q = k = v = x.view(2, 4, 8, 16)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
     )
     unsafe = frozenset({Applicability.safe, Applicability.unsafe})
     result = migrate_source(code.encode(), INDEX, unsafe)

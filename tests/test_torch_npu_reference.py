@@ -146,3 +146,16 @@ def test_emulated_operators_have_the_real_signatures(real: TorchNpuReference) ->
         assert name in real.ops, f"torch_npu has no operator {name}"
         parameters = tuple(inspect.signature(getattr(ops, name)).parameters)
         assert parameters == real.ops[name].parameters, f"{name}: {parameters} != {real.ops[name].parameters}"
+
+
+def test_the_runtime_settings_ports_add_are_the_defaults_of_this_torch_npu(real: TorchNpuReference) -> None:
+    """Human ports written for older torch_npu open with `torch.npu.set_compile_mode(jit_compile=
+    False)` and `torch.npu.config.allow_internal_format = False`. torch_npu 2.13 starts with both
+    off: its library logs the defaults it sets (the C++ side, which its Python sources call with
+    `_npu_setOption`), so the migration adds neither, and the README says why."""
+    library = (real.root / "lib" / "libtorch_npu.so").read_bytes()
+    assert b"Set jitCompileInit option to default value: disable" in library
+    assert b"Set ALLOW_INTERNAL_FORMAT default value disable" in library
+    config = (real.root / "npu" / "npu_config.py").read_text(encoding="utf-8")
+    assert '"jitCompile": "enable" if jit_compile else "disable"' in config  # what set_compile_mode sets
+    assert '"ALLOW_INTERNAL_FORMAT": "enable" if value else "disable"' in config

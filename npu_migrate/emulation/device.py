@@ -27,6 +27,7 @@ class _NpuDevices(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        args, kwargs = _accelerator_indices(func, name, args, kwargs)
         if func is state.Device or name == "_parse_to":  # "npu:0" stays an NPU device until used
             return func(*args, **kwargs)
         if torch.compiler.is_compiling():  # a traced graph: devices mapped, no tensor tracked
@@ -46,6 +47,22 @@ class _NpuDevices(TorchFunctionMode):
         where = tensors.target(func, args, kwargs)
         result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
         return tensors.place(func, args, kwargs, result, where)
+
+
+def _index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _accelerator_indices(func: Any, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """An integer device is an index of the current accelerator (torch >= 2.5 resolves it so),
+    the NPU's where torch_npu is imported: `x.to(args.gpu)`, `torch.device(0)`, `device=0`."""
+    if _index(kwargs.get("device")):
+        kwargs = {**kwargs, "device": state.Device("npu", kwargs["device"])}
+    if func is state.Device and len(args) == 1 and _index(args[0]):
+        args = ("npu", args[0])
+    elif name == "to" and len(args) > 1 and _index(args[1]):
+        args = (args[0], state.Device("npu", args[1]), *args[2:])
+    return args, kwargs
 
 
 def _on_backing(args: tuple) -> tuple:

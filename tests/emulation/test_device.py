@@ -370,3 +370,53 @@ def test_checkpoint_recomputes_on_the_npu_as_its_forward_ran(tmp_path: Path) -> 
     out = emulated(tmp_path, "checkpointed.py", CHECKPOINTED)
     assert "non-reentrant npu:0 npu:0 True" in out and "\nreentrant npu:0 npu:0 True" in out
     assert "nested npu:0" in out
+
+
+AMP_TRAINING = """\
+import torch
+from torch.amp import GradScaler
+
+model = torch.nn.Linear(4, 1).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for _ in range(2):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(torch.randn(8, 4).cuda()).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+print("scaling", scaler.is_enabled())
+"""
+
+
+def test_a_default_grad_scaler_scales_on_the_npu_once_migrated(tmp_path: Path) -> None:
+    """`torch.amp.GradScaler()` means CUDA, which torch disables (with a warning) where there is
+    none: with only the device edits, fp16 training on the emulated NPU runs unscaled; `apply`
+    also names the scaler's device (NPU303), and the scaler is on."""
+    devices_only = AMP_TRAINING.replace(".cuda()", ".npu()").replace('"cuda"', '"npu"')
+    assert "scaling False" in emulated(tmp_path, "devices_only.py", "import torch_npu\n" + devices_only)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src", "train.py", AMP_TRAINING)
+    applied = run_cli("apply", "src", "--out", "npu", cwd=tmp_path)
+    assert applied.returncode in (0, 1), applied.stderr
+    migrated = (tmp_path / "npu" / "train.py").read_text()
+    assert 'GradScaler(device="npu")' in migrated
+    assert "scaling True" in emulated(tmp_path / "npu", "train.py", migrated)
+
+
+INTEGER_DEVICES = """\
+import torch
+import torch_npu
+
+# DINO's and MAE's `.to(args.gpu)`: torch >= 2.5 reads an integer device as an index of the
+# current accelerator (pytorch#129119), which is the NPU once torch_npu is imported
+x = torch.zeros(2).to(0)
+y = torch.ones(2, device=0)
+m = torch.nn.Linear(2, 2).to(0)
+assert x.device == y.device == next(m.parameters()).device == torch.device(0) == torch.device("npu", 0)
+print("integer devices are the npu")
+"""
+
+
+def test_an_integer_device_is_the_npu(tmp_path: Path) -> None:
+    assert "integer devices are the npu" in emulated(tmp_path, "devices.py", INTEGER_DEVICES)
