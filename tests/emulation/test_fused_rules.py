@@ -343,9 +343,7 @@ def test_fused_optimizer_trains_like_the_original(code: str) -> None:
     torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)
 
 
-HF_RMS_NORM = (
-    HEADER
-    + """
+RMS_NORM_MODULE = """
 class LlamaRMSNorm(torch.nn.Module):
     def __init__(self, hidden_size, eps=1e-6):
         super().__init__()
@@ -353,28 +351,56 @@ class LlamaRMSNorm(torch.nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, hidden_states):
+"""
+HF_RMS_NORMS = {  # transformers' LlamaRMSNorm.forward, by the version that writes it so
+    "4.36": """\
         input_dtype = hidden_states.dtype
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
         return self.weight * hidden_states.to(input_dtype)
-"""
-)
+""",
+    "4.30": """\
+        input_dtype = hidden_states.dtype
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight * hidden_states).to(input_dtype)
+""",
+}
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-def test_the_llama_rms_norm_forward_matches(dtype) -> None:
-    fused = rewritten(HF_RMS_NORM, "return torch_npu.npu_rms_norm(hidden_states, self.weight")
+def rms_norms(version: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The original norm and the fused one, with the same weight."""
+    original = HEADER + RMS_NORM_MODULE + HF_RMS_NORMS[version]
+    fused = rewritten(original, "npu_rms_norm(hidden_states, self.weight.to(hidden_states.dtype)")
     torch.manual_seed(0)
-    original_norm = function(HF_RMS_NORM, "LlamaRMSNorm")(64)
+    original_norm = function(original, "LlamaRMSNorm")(64)
     fused_norm = function(fused, "LlamaRMSNorm")(64)
     fused_norm.load_state_dict(original_norm.state_dict())
+    return original_norm, fused_norm
+
+
+@pytest.mark.parametrize("version", sorted(HF_RMS_NORMS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+def test_the_llama_rms_norm_forward_matches(version: str, dtype) -> None:
+    original_norm, fused_norm = rms_norms(version)
 
     def through(norm):
         return lambda x, w: torch.func.functional_call(norm, {"weight": w}, (x,))
 
     weight = original_norm.weight.detach()
     compare(through(original_norm), through(fused_norm), [randn(2, 7, 64), weight], dtype)
+
+
+@pytest.mark.parametrize("version", sorted(HF_RMS_NORMS))
+def test_the_llama_rms_norm_takes_bf16_input_with_an_fp32_weight(version: str) -> None:
+    """Norms kept in fp32 under a bf16 model (or autocast): torch_npu refuses a gamma of another
+    dtype, so the fused forward casts it; output dtype and values are the original's."""
+    original_norm, fused_norm = rms_norms(version)
+    x = randn(2, 7, 64).bfloat16()
+    want, got = original_norm(x), fused_norm(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=2**-7 * want.abs().max().item())
 
 
 def test_a_dropped_import_is_a_delete_not_a_finding() -> None:
