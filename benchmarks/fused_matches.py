@@ -4,16 +4,17 @@ figure that tells a rule written to its own examples from one that finds real co
     python -m benchmarks.fused_matches [--mirrors DIR] [--only NAME ...] [--jobs N]
 
 The sources: every bare git mirror in DIR (the library's `fetch` brings them to /work/.mirror),
-checked out as benchmarks/real_repos.py does; two published releases pinned by sha256
-(tests/sources.py), transformers 4.30 (Hugging Face's LLMs before SDPA) and diffusers 0.21 (a
-Stable Diffusion pipeline's attention processors); and Ascend's own ports of five public models
-(LLaMA-13B, MiniGPT-4, GPT-NeoX, DINO, BEiT v2) from its ModelZoo at a pinned commit. Each is
+checked out as benchmarks/real_repos.py does; three releases pinned by sha256 (tests/sources.py):
+transformers 4.30 and 4.46 (Hugging Face's LLMs before SDPA and with it, Qwen2-VL) and diffusers
+0.21 (a Stable Diffusion pipeline's attention processors); and Ascend's own ports of public
+models (LLaMA-13B, MiniGPT-4, GPT-NeoX, GLM-10B, DINO, BEiT v2, Chinese-CLIP, diffusers 0.18's
+text-to-image training) from its ModelZoo at a pinned commit. Each is
 scanned with the catalog (`scan --format json`). Prints, per source, the fused swaps made, held
-and reported and the score products missed; then one line per rule of the fused category: the
-fixes `apply --unsafe` would make, those held (by reason), the report-only findings, and the
-sources it matched in; then the rules that matched nothing, and the eager-attention score
-products (`s = q @ k.transpose(...)`, `torch.matmul(q, k.transpose(...))`) that no statements
-rule matched: the forms still missed."""
+and reported, and the score products missed; then one line per fused rule: the fixes `apply
+--unsafe` would make, those held (by reason), the report-only findings, and the sources it
+matched in; then the rules that matched nothing, and the eager-attention score products
+(`s = q @ k.transpose(...)`, `torch.matmul(q, k.transpose(...))`) that no statements rule
+matched: the forms still missed."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.sources import (
     DIFFUSERS_0_21,
     MODELZOO_PORTS,
     TRANSFORMERS_4_30,
+    TRANSFORMERS_4_46,
     Release,
     Snapshot,
     checkout,
@@ -37,6 +39,7 @@ from tests.sources import (
 
 PINNED: dict[str, Release | Snapshot] = {
     "transformers-4.30.2": TRANSFORMERS_4_30,
+    "transformers-4.46.3": TRANSFORMERS_4_46,
     "diffusers-0.21.4": DIFFUSERS_0_21,
     "ascend-modelzoo-ports": MODELZOO_PORTS,
 }

@@ -44,7 +44,10 @@ class Snapshot:
 
     @property
     def name(self) -> str:
-        return f"{self.repo.replace('/', '__')}-{self.commit[:12]}"  # no `+`: tests build regexes from paths
+        """Its cache folder: the commit, and which paths (a checkout of other paths is another)."""
+        chosen = f"-{hashlib.sha256(chr(0).join(self.paths).encode()).hexdigest()[:8]}" if self.paths else ""
+        # no `+` in it: tests build regexes from paths
+        return f"{self.repo.replace('/', '__')}-{self.commit[:12]}{chosen}"
 
 
 MIRRORS = Path(os.environ.get("NPU_MIGRATE_MIRRORS", "/work/.mirror"))
@@ -106,6 +109,9 @@ MODELZOO_PORTS = Snapshot(  # Ascend's own ports of public models (benchmarks): 
             "foundation/GPT-NeoX",
             "cv/classification/DINO_ID3436_for_PyTorch",
             "cv/classification/Beit2_for_PyTorch",
+            "foundation/GLM-10B",
+            "others/Chinese-CLIP_for_PyTorch",
+            "diffusion/diffusers0.18.1/examples/text_to_image",
         )
     ),
 )
@@ -113,6 +119,11 @@ TRANSFORMERS_4_30 = Release(  # Hugging Face before SDPA: LlamaAttention's eager
     f"{FILES}/cf/33/b4b6f44f1d0ccf39de69de2fcbcb98847b42594c8d078e216f5369c1292e/transformers-4.30.2.tar.gz",
     "f4a8aac4e1baffab4033f4a345b0d7dc7957d12a4f1ba969afea08205a513045",
     "transformers-4.30.2/src/transformers",
+)
+TRANSFORMERS_4_46 = Release(  # Hugging Face's SDPA era: LlamaSdpaAttention, Qwen2-VL's vision (benchmarks)
+    f"{FILES}/37/5a/58f96c83e566f907ae39f16d4401bbefd8bb85c60bd1e6a95c419752ab90/transformers-4.46.3.tar.gz",
+    "8ee4b3ae943fe33e82afff8e837f4b052058b07ca9be3cb5b729ed31295f72cc",
+    "transformers-4.46.3/src/transformers",
 )
 DIFFUSERS_0_21 = Release(  # a Stable Diffusion pipeline's attention processors, SDPA and eager (benchmarks)
     f"{FILES}/f3/a2/bb69b0d51d60003d3b974a685cb29057f67128de1606cef47fdf938e9c13/diffusers-0.21.4.tar.gz",
