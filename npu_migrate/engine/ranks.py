@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -25,6 +25,9 @@ from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import code_of
 from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN
 from npu_migrate.model import Hold
+
+if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
 
 # Methods that give a tensor of their receiver's rank.
 _KEEP = frozenset({
@@ -225,6 +228,16 @@ class Ranks:
                         self._add(element.value.value, None, None, conditional)
                     else:
                         self._add(element.value.value, value, index, conditional)
+
+
+def held_for_rank(
+    ctx: FileContext, wanted: dict[str, int | list[int]], values: dict[str, cst.BaseExpression]
+) -> Hold | None:
+    """The rank guard of a call or pattern match where the walk is: its function and line, with
+    the whole file to follow parameters to their calls (such rules' anchors ask for it)."""
+    functions = ctx.facts.functions
+    function = functions[-1] if functions else None
+    return unproven_rank(function, ctx.facts.line, wanted, values, ctx.module, callers=ctx.module)
 
 
 def unproven_rank(

@@ -14,11 +14,11 @@ from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replac
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, parameter
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
-from npu_migrate.engine.kinds.fields import ArgCondition, QualifiedNames, Strict
+from npu_migrate.engine.kinds.fields import RANKS, ArgCondition, QualifiedNames, Strict, rank_guard
 from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import Pattern, code_of, fill
-from npu_migrate.engine.ranks import unproven_rank
+from npu_migrate.engine.ranks import held_for_rank
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.prefilter import Prefilter, components
 
@@ -44,11 +44,7 @@ class CallMatch(Strict):
         "the fallback: a call that is the `else` of a conditional expression whose test matches one "
         "is left alone (what a fix `fused if $attn_mask is None else <the call>` writes).",
     )
-    rank: dict[str, int | list[int]] = Field(
-        default_factory=dict,
-        description="Parameters whose tensor rank the function's code must prove (engine.ranks), "
-        "else the fix is held, e.g. {query: 4} for an operator that reads (B, N, S, D).",
-    )
+    rank: RANKS = rank_guard("Parameters")
 
 
 class CallMatcher(Matcher):
@@ -89,18 +85,10 @@ class CallMatcher(Matcher):
     def _unproven_rank(self, match: CallMatch, original: cst.Call) -> Hold | None:
         if not match.rank:
             return None
-        functions = self.ctx.facts.functions
         values = {
             name: passed[0] for name in match.rank if (passed := parameter(original, name, match.signature))
         }
-        return unproven_rank(
-            functions[-1] if functions else None,
-            self.ctx.facts.line,
-            match.rank,
-            values,
-            self.ctx.module,
-            callers=self.ctx.module,  # the whole file: its anchors say so
-        )
+        return held_for_rank(self.ctx, match.rank, values)
 
     def _fixed(
         self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call

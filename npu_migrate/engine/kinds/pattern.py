@@ -15,10 +15,10 @@ from pydantic import AfterValidator, Field, model_validator
 from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.kinds.fields import Strict
+from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
 from npu_migrate.engine.names import dotted_parts, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
-from npu_migrate.engine.ranks import unproven_rank
+from npu_migrate.engine.ranks import held_for_rank
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
 
@@ -53,11 +53,7 @@ class PatternMatch(Strict):
         "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
         "and $X is a plain name not assigned there or after it.",
     )
-    rank: dict[str, int | list[int]] = Field(
-        default_factory=dict,
-        description="Metavariables whose tensor rank the function's code must prove (engine.ranks), "
-        "else the fix is held, e.g. {Q: 4} for an operator that reads (B, N, S, D).",
-    )
+    rank: RANKS = rank_guard("Metavariables")
     defines: dict[str, list[list[Annotated[str, AfterValidator(parses)]]]] = Field(
         default_factory=dict,
         description="Functions the pattern calls by name that the file must define at its top level "
@@ -121,16 +117,8 @@ class PatternMatcher(Matcher):
     def _unproven_rank(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> Hold | None:
         if not match.rank:
             return None
-        functions = self.ctx.facts.functions
         values = {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank if name in bindings}
-        return unproven_rank(
-            functions[-1] if functions else None,
-            self.ctx.facts.line,
-            match.rank,
-            values,
-            self.ctx.module,
-            callers=self.ctx.module,  # the whole file: its anchors say so
-        )
+        return held_for_rank(self.ctx, match.rank, values)
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
         """Checks the pattern's guards (hoisted metavariables count as the plain names they become)."""

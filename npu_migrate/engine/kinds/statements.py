@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, model_validator
 from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.kinds.fields import Strict
+from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
 from npu_migrate.engine.kinds.pattern import assigned_names, parses
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
@@ -60,11 +60,7 @@ class StatementsMatch(Strict):
     simple: list[str] = Field(
         default_factory=list, description="Metavariables that must match a plain name or attribute chain."
     )
-    rank: dict[str, int | list[int]] = Field(
-        default_factory=dict,
-        description="Metavariables whose tensor rank the function's code must prove (engine.ranks), "
-        "e.g. {Q: 4} for an operator that reads (B, N, S, D), or {MASK: [2, 4]}.",
-    )
+    rank: RANKS = rank_guard("Metavariables")
     instance_of: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Metavariables matching an attribute (`self.attn_drop`) that the file must bind "
