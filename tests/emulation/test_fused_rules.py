@@ -261,8 +261,13 @@ CASES = {
     ),
     "NPU906-rotary-half": (
         ROTATE_HALF + "def f(q, cos, sin):\n" + AS_4D + "    return (q * cos) + (rotate_half(q) * sin)\n",
-        "npu_rotary_mul(q, cos, sin)",
+        "npu_rotary_mul(q, npu_rotary_table(cos, q), npu_rotary_table(sin, q))",
         lambda: [randn(2, 3, 6, 8), randn(1, 1, 6, 8), randn(1, 1, 6, 8)],
+    ),
+    "NPU906-rotary-half-3d-table": (  # pixtral's (S, D) table unsqueezed at 0: broadcasting reads 11SD
+        ROTATE_HALF + "def f(q, cos, sin):\n" + AS_4D + "    return (q * cos) + (rotate_half(q) * sin)\n",
+        "npu_rotary_table(cos, q)",
+        lambda: [randn(2, 3, 6, 8), randn(1, 6, 8), randn(1, 6, 8)],
     ),
     "NPU951-rotary-interleave-cogvideo": (
         "from einops import rearrange\n\n"
@@ -272,12 +277,12 @@ CASES = {
         "    x = torch.stack((-x2, x1), dim=-1)\n"
         '    return rearrange(x, "... d r -> ... (d r)")\n\n'
         "def f(q, cos, sin):\n" + AS_4D + "    return q * cos + rotate_half(q) * sin\n",
-        'npu_rotary_mul(q, cos, sin, "interleave")',
+        'npu_rotary_table(sin, q), "interleave")',
         lambda: [randn(1, 2, 5, 8), randn(1, 1, 5, 8), randn(1, 1, 5, 8)],
     ),
     "NPU951-rotary-interleave-kornia": (
         ROTATE_PAIRS + "def f(q, cos, sin):\n" + AS_4D + "    return q * cos + rotate_half(q) * sin\n",
-        'npu_rotary_mul(q, cos, sin, "interleave")',
+        'npu_rotary_table(sin, q), "interleave")',
         lambda: [randn(2, 3, 6, 8), randn(1, 1, 6, 8), randn(1, 1, 6, 8)],
     ),
 }
