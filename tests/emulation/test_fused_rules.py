@@ -239,6 +239,12 @@ CASES = {
         "actual_seq_kvlen=cu_k[1:].tolist())[0]",
         lambda: packed_sequences(query_heads=2),
     ),
+    "NPU954-geglu-chunk-of-call": (  # the latent-diffusion GEGLU (CogVideo's sat), erf GELU
+        "def f(x, w):\n    h, gate = torch.matmul(x, w).chunk(2, dim=-1)\n    return h * F.gelu(gate)\n",
+        "    h_gate = torch.matmul(x, w)\n    h, gate = h_gate.chunk(2, dim=-1)\n"
+        "    return torch_npu.npu_geglu(h_gate, dim=-1, approximate=0)[0]",
+        lambda: [randn(3, 5, 8), randn(8, 12)],
+    ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
         "npu_rms_norm(x, w, epsilon=1e-5)",
