@@ -136,3 +136,26 @@ def test_a_hoist_must_name_an_assigned_metavariable() -> None:
         rule(match={"pattern": "fuse($A)", "assigned": ["$A = g($X)"], "hoist": {"A2": "n"}})
     with pytest.raises(ValueError, match="unknown metavariable"):
         rule(match={"pattern": "fuse($A)", "assigned": ["$A = g($X)"], "hoist": {"X": "{Q}"}})
+
+
+def test_a_statements_step_over_a_branch_is_for_reports_only() -> None:
+    """An `if_test` step steps over a branch whatever it does (BERT's relative-position scores):
+    a report may, a fix would drop the branch with the statements it removes."""
+    steps = [
+        {"pattern": "$A = torch.matmul($Q, $K.transpose(-1, -2))"},
+        {"if_test": '$T == "relative_key"', "optional": True},
+        {"pattern": "$P = torch.softmax($A, dim=-1)"},
+    ]
+    match = {"statements": steps, "into": "torch.matmul($P, $V)"}
+    reported = rule(applicability="manual", match=match)
+    code = (
+        "import torch\ndef f(self, q, k, v):\n    a = torch.matmul(q, k.transpose(-1, -2))\n"
+        '    if self.kind == "relative_key":\n        a = a + self.bias\n'
+        "    p = torch.softmax(a, dim=-1)\n    return torch.matmul(p, v)\n"
+    )
+    found = migrate_source(code.encode(), RuleIndex([reported]), SAFE).findings
+    assert [(f.rule.code, f.line, f.end_line) for f in found] == [("HOU901", 3, 7)]
+    with pytest.raises(ValueError, match="report rules only"):
+        rule(match=match, fix={"template": "fused($Q, $K, $V)"})
+    with pytest.raises(ValueError, match="a `pattern` or an `if_test`"):
+        rule(applicability="manual", match={"statements": [{"optional": True}], "into": "x"})

@@ -230,6 +230,9 @@ class Rule(Strict):
         if (self.applicability is Applicability.manual) != (self.fix is None):
             raise ValueError("manual rules have no fix; safe and unsafe rules need one")
         kind = kind_of(self.match)
+        refused = kind.refuses(self.match, self.fix is not None)
+        if refused:
+            raise ValueError(refused)
         if self.fix and self.fix.kind not in kind.fixes:
             able = [k.key for k in KINDS if self.fix.kind in k.fixes]
             raise ValueError(f"a {self.fix.kind} fix needs a {' or '.join(able)} match")

@@ -130,6 +130,11 @@ class Kind(ABC, Generic[Schema]):
         return set()
 
     @staticmethod
+    def refuses(match: Schema, fixes: bool) -> str | None:
+        """Why a rule of this match (with a fix or not) is not valid, beyond its schema."""
+        return None
+
+    @staticmethod
     def keys(match: Schema) -> set[str]:
         """What its rules match, as keys shared by every kind (`call:torch.cuda.synchronize`):
         two rules with a key in common can match the same node."""

@@ -37,15 +37,34 @@ PatternSource = Annotated[str, AfterValidator(parses)]
 
 
 class Step(Strict):
-    pattern: PatternSource | list[PatternSource] = Field(
-        description="A statement pattern, or a list of alternatives (the first that matches binds)."
+    pattern: PatternSource | list[PatternSource] | None = Field(
+        default=None,
+        description="A statement pattern, or a list of alternatives (the first that matches binds).",
+    )
+    if_test: PatternSource | None = Field(
+        default=None,
+        description="Instead of `pattern`: an `if` statement whose test matches this expression, "
+        "whatever its branches do (BERT's relative-position branch). Report rules only: a fix "
+        "would drop the branch.",
     )
     optional: bool = Field(default=False, description="The statement may be absent.")
 
+    @model_validator(mode="after")
+    def _one_form(self) -> Step:
+        if (self.pattern is None) == (self.if_test is None):
+            raise ValueError("a step has a `pattern` or an `if_test`")
+        return self
+
     @property
     def alternatives(self) -> list[Pattern]:
-        sources = self.pattern if isinstance(self.pattern, list) else [self.pattern]
-        return [Pattern.compile(s) for s in sources]
+        sources = [self.if_test] if self.if_test is not None else self.pattern
+        return [Pattern.compile(s) for s in (sources if isinstance(sources, list) else [sources])]
+
+    def target(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
+        """What in a statement the step's patterns are matched against."""
+        if self.if_test is None:
+            return statement
+        return statement.test if isinstance(statement, cst.If) else None
 
 
 class StatementsMatch(Strict):
@@ -140,7 +159,7 @@ class StatementsMatcher(Matcher):
         index = start
         qualify = self.ctx.table.qualify
         for step in match.statements:
-            node = _matchable(body[index]) if index < len(body) else None
+            node = step.target(_matchable(body[index]) if index < len(body) else None)
             found = None
             if node is not None:
                 found = next(
@@ -340,6 +359,12 @@ class StatementsKind(Kind[StatementsMatch]):
     schema = StatementsMatch
     matcher_type = StatementsMatcher
     fixes = frozenset({"template"})
+
+    @staticmethod
+    def refuses(match: StatementsMatch, fixes: bool) -> str | None:
+        if fixes and any(step.if_test for step in match.statements):
+            return "an if_test step steps over a branch that a fix would drop: report rules only"
+        return None
 
     @staticmethod
     def bindable(match: StatementsMatch) -> set[str]:
