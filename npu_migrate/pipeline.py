@@ -250,7 +250,7 @@ def _supervise(
 ) -> list[int]:
     """Run the batch on `width` workers, at most one file each at a time, until it is done, a
     file runs too long (its result says so; the pool is replaced), or a worker dies: then the
-    files in flight are returned."""
+    files in flight are returned, their workers stopped."""
     memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE / width)
     pool = ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory))
     try:
@@ -283,6 +283,7 @@ def _share(
             try:
                 results[i] = future.result()
             except BrokenProcessPool:
+                stop_workers()  # the others in flight run again alone: none is waited for (a stall)
                 return [i, *(j for j, _ in running.values())]
             advance()
         late = [(f, i) for f, (i, start) in running.items() if time.monotonic() - start > FILE_SECONDS]
