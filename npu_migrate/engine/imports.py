@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
-from npu_migrate.engine.names import ImportTable, module_name
+from npu_migrate.engine.names import ImportTable, is_docstring, module_name
 from npu_migrate.engine.positions import positions
 
 if TYPE_CHECKING:
@@ -141,15 +141,6 @@ def _imported_modules(statement: cst.BaseStatement) -> list[str]:
     return found
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
-
-
 def _imports_torch(small: cst.BaseSmallStatement) -> bool:
     if isinstance(small, cst.Import):
         return any(_is_torch(module_name(alias.name)) for alias in small.names)
@@ -169,7 +160,7 @@ def insertion_index(body: Sequence[cst.BaseStatement]) -> int:
         modules = _imported_modules(statement)
         if modules:
             last_import = i
-        if (i == header and _is_docstring(statement)) or modules == ["__future__"]:
+        if (i == header and is_docstring(statement)) or modules == ["__future__"]:
             header = i + 1
     return last_import + 1 if last_import >= 0 else header
 

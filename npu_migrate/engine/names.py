@@ -68,6 +68,16 @@ def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseSmal
         yield statement
 
 
+def is_docstring(statement: cst.BaseStatement) -> bool:
+    """A statement line that is only a string literal (a module's or a function's docstring)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
 def statement_lines(
     body: Sequence[cst.BaseStatement],
 ) -> Iterator[tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite, cst.BaseSmallStatement]]:

@@ -4,7 +4,7 @@ calls: call, method and string."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -67,6 +67,11 @@ def arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:
 def parameter(node: cst.Call, name: str, signature: list[str]) -> list[cst.BaseExpression]:
     """The values passed for one named parameter."""
     return list(arguments(node, Argument(of=["*"], keyword=[name], signature=signature)))
+
+
+def passed(node: cst.Call, names: Iterable[str], signature: list[str]) -> dict[str, cst.BaseExpression]:
+    """The value a call passes for each of these parameters that it passes."""
+    return {name: values[0] for name in names if (values := parameter(node, name, signature))}
 
 
 def strings_in(expr: cst.BaseExpression) -> Iterator[cst.SimpleString | cst.FormattedString]:

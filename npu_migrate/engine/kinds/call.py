@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field
 
 from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replace_expression
 from npu_migrate.engine.imports import renamed
-from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, parameter
+from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, passed
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.kinds.fields import RANKS, ArgCondition, QualifiedNames, Strict, rank_guard
 from npu_migrate.engine.kinds.pattern import parses
@@ -72,23 +72,16 @@ class CallMatcher(Matcher):
         conditional = self.ctx.facts.fallback_of(original)
         if conditional is None:
             return False
-        passed = {
-            name: values[0]
-            for name in match.signature
-            if (values := parameter(original, name, match.signature))
-        }
+        values = passed(original, match.signature, match.signature)
         return any(
-            Pattern.compile(test).match(conditional.test, self.ctx.table.qualify, dict(passed)) is not None
+            Pattern.compile(test).match(conditional.test, self.ctx.table.qualify, dict(values)) is not None
             for test in match.unless_fallback_of
         )
 
     def _unproven_rank(self, match: CallMatch, original: cst.Call) -> Hold | None:
         if not match.rank:
             return None
-        values = {
-            name: passed[0] for name in match.rank if (passed := parameter(original, name, match.signature))
-        }
-        return held_for_rank(self.ctx, match.rank, values)
+        return held_for_rank(self.ctx, match.rank, passed(original, match.rank, match.signature))
 
     def _fixed(
         self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call
@@ -104,11 +97,8 @@ class CallMatcher(Matcher):
                 module,
             ) if module else ()
         if fix and fix.template:
-            codes = {
-                name: code_of(values[0], self.ctx.module)
-                for name in {*match.signature, *match.args}
-                if (values := parameter(updated, name, match.signature))
-            }
+            given = passed(updated, {*match.signature, *match.args}, match.signature)
+            codes = {name: code_of(value, self.ctx.module) for name, value in given.items()}
             try:
                 needed: list[str] = []
                 for name, default in fix.defaults.items():

@@ -16,7 +16,7 @@ from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
-from npu_migrate.engine.names import dotted_parts, statement_lines
+from npu_migrate.engine.names import dotted_parts, is_docstring, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.ranks import held_for_rank
 from npu_migrate.engine.regions import Anchors
@@ -139,7 +139,7 @@ class PatternMatcher(Matcher):
         if function is None or not isinstance(function.body, cst.IndentedBlock):
             return False
         body = list(function.body.body)
-        if body and _docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         return any(self._body_is(body, form) for form in forms)
 
@@ -278,14 +278,6 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
         elif isinstance(target, cst.Tuple | cst.List):
             names.update(e.value.value for e in target.elements if isinstance(e.value, cst.Name))
     return names
-
-
-def _docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
 
 
 def _framed_like(fixed: cst.CSTNode, matched: cst.CSTNode) -> cst.CSTNode:
