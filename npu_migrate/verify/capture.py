@@ -167,3 +167,37 @@ class RandomDraws(TorchDispatchMode):
         if name in _RANDOM_OPERATORS:
             self.names.add(name)
         return func(*args, **(kwargs or {}))
+
+
+class FusedCalls:
+    """How often the migrated side calls each of torch_npu's fused operators (`npu_*`,
+    `fast_gelu`), counted by wrapping the module's attributes, which migrated code looks up as
+    it calls them: a fused swap the model's code path never reaches is then visible, where an
+    agreeing comparison alone would read as proof of it."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.counts: dict[str, int] = {}
+        self._originals = {
+            name: value
+            for name, value in vars(module).items()
+            if (name.startswith("npu_") or name == "fast_gelu")
+            and callable(value)
+            and not isinstance(value, type)
+        }
+
+    def __enter__(self) -> FusedCalls:
+        for name, operator in self._originals.items():
+            setattr(self.module, name, self._counted(name, operator))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, operator in self._originals.items():
+            setattr(self.module, name, operator)
+
+    def _counted(self, name: str, operator: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return operator(*args, **kwargs)
+
+        return counted

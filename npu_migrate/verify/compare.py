@@ -4,6 +4,7 @@ training-step agreement and the memory table."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -68,10 +69,18 @@ def _dtype_name(tensor: torch.Tensor) -> str:
 
 
 def compare_tensors(
-    key: str, module: str, a: torch.Tensor, b: torch.Tensor, limits: Thresholds, same_backing: bool = False
+    key: str,
+    module: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    limits: Thresholds,
+    same_backing: bool = False,
+    scale_floor: float = 0.0,
 ) -> Row:
     """Metrics of the migrated tensor `b` against the original `a`, and the verdict of the rule
-    that fits the comparison (Thresholds)."""
+    that fits the comparison (Thresholds). Errors are relative to |a| plus a's rms, or plus
+    `scale_floor` where that is larger: the scale of the tensors a gradient is computed among,
+    so a gradient that is rounding noise (zero in exact arithmetic) is judged as noise."""
     dtype = _dtype_name(a)
     if a.shape != b.shape:
         return Row(key, module, dtype, list(a.shape), 0.0, math.inf, math.inf, math.inf, 0, 0, 0, False,
@@ -89,10 +98,14 @@ def compare_tensors(
     diff = (x - y).abs()
     norms = x.norm() * y.norm()
     cosine = 1.0 if x.norm() == 0 and y.norm() == 0 else float((x @ y) / norms) if norms > 0 else 0.0
-    scale = x.pow(2).mean().sqrt() if x.numel() else x.new_zeros(())
+    scale = (x.pow(2).mean().sqrt() if x.numel() else x.new_zeros(())).clamp_min(scale_floor)
     relative = diff / (x.abs() + scale).clamp_min(torch.finfo(torch.float64).tiny)
     rtol = limits.dtype_rtol.get(dtype, DTYPE_RTOL["float32"])
-    count = max(x.numel(), 1)
+    count = x.numel()
+
+    def share_of(within: torch.Tensor) -> float:  # of no elements (all left out as noise): all agree
+        return float(within.sum()) / count if count else 1.0
+
     max_abs = float(diff.max()) if x.numel() else 0.0
     notes = ["NaN/Inf on one side only"] if nonfinite else []
     if other_dtype:
@@ -106,9 +119,9 @@ def compare_tensors(
         max_abs=max_abs,
         max_rel=float(relative.max()) if x.numel() else 0.0,
         rmse=float(diff.pow(2).mean().sqrt()) if x.numel() else 0.0,
-        within_1e3=float((relative <= 1e-3).sum()) / count,
-        within_5e3=float((relative <= 5e-3).sum()) / count,
-        within_dtype_tol=float((relative <= rtol).sum()) / count,
+        within_1e3=share_of(relative <= 1e-3),
+        within_5e3=share_of(relative <= 5e-3),
+        within_dtype_tol=share_of(relative <= rtol),
         passed=True,
         note="; ".join(notes),
         dtype_migrated=other_dtype,
@@ -289,14 +302,15 @@ def _compare_steps(
     noise: dict[str, torch.Tensor] = {}  # by parameter: elements whose gradient was rounding noise
     steps = []
     for number, (a, b) in enumerate(zip(original, migrated, strict=False), start=1):
+        floor = _model_scale(a.grads.values())
         grad_rows = [
-            compare_tensors(name, name, grad, b.grads[name], limits, same)
+            compare_tensors(name, name, grad, b.grads[name], limits, same, floor)
             for name, grad in a.grads.items()
             if name in b.grads
         ]
         for name, grad in a.grads.items():
             if name in b.grads and same:
-                _add_noise(noise, name, grad, b.grads[name], limits)
+                _add_noise(noise, name, grad, b.grads[name], limits, floor)
         loss_ok = math.isclose(a.loss, b.loss, rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
         worst = min(grad_rows, key=lambda r: r.cosine, default=None)
         theirs = b.state
@@ -326,18 +340,33 @@ def _compare_steps(
     return steps
 
 
+def _model_scale(grads: Iterable[torch.Tensor]) -> float:
+    """The rms of all of a step's floating-point gradient elements: the scale rounding noise in
+    any one gradient is measured against (a tensor's own rms is noise too when the tensor is)."""
+    floating = [g.detach().double() for g in grads if g.is_floating_point() and g.numel()]
+    count = sum(g.numel() for g in floating)
+    return math.sqrt(sum(float(g.pow(2).sum()) for g in floating) / count) if count else 0.0
+
+
 def _add_noise(
-    noise: dict[str, torch.Tensor], name: str, a: torch.Tensor, b: torch.Tensor, limits: Thresholds
+    noise: dict[str, torch.Tensor],
+    name: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    limits: Thresholds,
+    floor: float,
 ) -> None:
     """Mark the elements of a gradient that lie within the comparison's rounding band around zero
-    and differ between the sides by more than their own size allows: their sign and size are
-    noise, and Adam-like optimizers normalise noise into full steps, so the sides' parameters
-    legitimately part there from this step on."""
+    (relative to the tensor's rms or the model's gradient scale, the larger) and differ between
+    the sides by more than their own size allows: their sign and size are noise, and Adam-like
+    optimizers normalise noise into full steps, so the sides' parameters legitimately part there
+    from this step on."""
     if a.shape != b.shape or not a.is_floating_point() or not b.is_floating_point():
         return
     x, y = a.detach().double(), b.detach().double()
     rtol = limits.dtype_rtol.get(_dtype_name(a), DTYPE_RTOL["float32"])
-    marked = (x.abs() <= rtol * x.pow(2).mean().sqrt()) & ((x - y).abs() > rtol * x.abs())
+    band = rtol * max(float(x.pow(2).mean().sqrt()), floor)
+    marked = (x.abs() <= band) & ((x - y).abs() > rtol * x.abs())
     noise[name] = noise[name] | marked if name in noise else marked
 
 

@@ -66,6 +66,7 @@ class SideReport:
     steps: list[Step] = field(default_factory=list)
     optimizer: str | None = None  # the optimizer's class name (training)
     optimizer_bytes: int | None = None
+    fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)
 
     @property
     def where(self) -> str:

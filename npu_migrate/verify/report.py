@@ -31,6 +31,9 @@ def _number(value: float) -> str:
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
+    if result.migrated.fused_calls:
+        calls = ", ".join(f"{name} x{count}" for name, count in result.migrated.fused_calls.items())
+        console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
     rows = comparison.rows + comparison.output_rows
     failed = [r for r in rows if not r.passed]
     verdict = "[green]PASS[/]" if comparison.passed else "[red]FAIL[/]"
@@ -137,7 +140,11 @@ def write_json(path: Path, result: Result) -> None:
     data = {
         "passed": result.comparison.passed,
         "original": {"device": result.original.device, "emulated": result.original.emulated},
-        "migrated": {"device": result.migrated.device, "emulated": result.migrated.emulated},
+        "migrated": {
+            "device": result.migrated.device,
+            "emulated": result.migrated.emulated,
+            "fused_calls": result.migrated.fused_calls,
+        },
         **result.comparison.as_dict(),
     }
     path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")

@@ -233,8 +233,20 @@ def _timed(fn: Any, repeat: int = 5) -> float:
 
 
 def run(request: SideRequest) -> SideReport:
-    if request.role == "migrated":
-        import torch_npu  # noqa: F401 - the real one, or the emulation's stand-in (on PYTHONPATH)
+    """One side's run; the migrated side's fused operator calls are counted throughout."""
+    from npu_migrate.verify.capture import FusedCalls
+
+    if request.role != "migrated":
+        return _run(request)
+    import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
+
+    with FusedCalls(torch_npu) as fused:
+        report = _run(request)
+    report.fused_calls = dict(sorted(fused.counts.items()))
+    return report
+
+
+def _run(request: SideRequest) -> SideReport:
     import torch
 
     from npu_migrate.verify.capture import ModuleRecorder, RandomDraws, flatten, nbytes

@@ -56,3 +56,39 @@ def test_state_where_the_gradient_was_rounding_noise_is_left_out_and_said() -> N
     steps_b[0].state["parameter bias"] = wrong
     result = compare_runs(side(rows, steps_a), side(rows, steps_b), Thresholds(rule="tight"))
     assert not result.passed and result.steps[0]["failed_state"] == ["parameter bias"]
+
+
+def test_a_gradient_that_is_rounding_noise_is_judged_against_the_models_gradient_scale() -> None:
+    """timm's CaiT: a bias before softmax (proj_l) has no gradient in exact arithmetic; its noise,
+    1e-21 beside gradients of 1e-2, differs in sign between the sides and is left out, whole
+    (its own rms is noise too). A gradient off by 1% at the model's scale still fails."""
+    torch.manual_seed(0)
+    weight = torch.randn(256) * 1e-2
+    noise_a, noise_b = torch.tensor([2.8e-21, -1.1e-21]), torch.tensor([-0.9e-21, 1.3e-21])
+    after_a, after_b = torch.tensor([-2.8e-18, 1.1e-18]), torch.tensor([0.9e-18, -1.3e-18])
+
+    def steps(noise: torch.Tensor, after: torch.Tensor, scale: float = 1.0) -> list[Step]:
+        grads = {"proj_l.bias": noise, "w": weight * scale}
+        return [Step(1.0, 1.0, grads, {"parameter proj_l.bias": after, "parameter w": weight}, 1.0)]
+
+    rows = [("x", torch.randn(8))]
+    original = side(rows, steps(noise_a, after_a))
+    result = compare_runs(original, side(rows, steps(noise_b, after_b)), Thresholds(rule="tight"))
+    assert result.passed and result.steps[0]["noise_elements"] == 2
+    off = compare_runs(original, side(rows, steps(noise_b, after_b, 1.01)), Thresholds(rule="tight"))
+    assert not off.passed and off.steps[0]["failed_grads"] == ["w"]
+
+
+def test_fused_operator_calls_are_counted_where_migrated_code_looks_them_up() -> None:
+    import types
+
+    from npu_migrate.verify.capture import FusedCalls
+
+    module = types.SimpleNamespace(npu_rms_norm=lambda x: (x, x), fast_gelu=lambda x: x, npu=object())
+    original = module.npu_rms_norm
+    with FusedCalls(module) as calls:
+        for _ in range(3):
+            module.npu_rms_norm(1)
+        module.fast_gelu(2)
+    assert calls.counts == {"npu_rms_norm": 3, "fast_gelu": 1}
+    assert module.npu_rms_norm is original

@@ -118,6 +118,11 @@ def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
     code, data, output = verify(tmp_path, CASES / "gpt" / "original", "--unsafe", "--steps", "2")
     assert code == 0, output
     assert data["passed"] and len(data["steps"]) == 2
+    # the migrated side counts the fused operators it ran: SDPA swapped in both layers, every
+    # forward (a warm-up, five timed, one recorded) and each step's
+    calls = data["migrated"]["fused_calls"]
+    assert calls == {"npu_fusion_attention": 2 * (7 + 2)}, calls
+    assert "fused operators the migrated side ran (forwards and steps): npu_fusion_attention x18" in output
     # the fused attention's emulation works in query blocks and the rule caches its causal mask:
     # the migration costs about what the original does
     assert data["memory"]["peak_ratio"] <= 1.5, data["memory"]
