@@ -178,7 +178,8 @@ def test_findings_carried_into_a_template_stay() -> None:
 
 def test_a_helper_is_added_once_after_the_imports() -> None:
     code = (
-        "import torch\nimport torch.nn.functional as F\nfrom models import Block\n\n\n"
+        "import torch\nimport torch.nn.functional as F\nfrom models import Block\n"
+        "from .layers import Norm\n\n\n"
         "def a(x):\n    q = k = v = x.view(2, 4, 8, 16)\n"
         "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n\n\n"
         "def b(x):\n    q = k = v = x.view(2, 4, 8, 16)\n"
@@ -188,7 +189,8 @@ def test_a_helper_is_added_once_after_the_imports() -> None:
     result = migrate_source(code.encode(), INDEX, unsafe)
     new = (result.new_source or b"").decode()
     assert new.count("def npu_causal_mask(device):") == 1
-    assert new.index("from models import Block") < new.index("@functools.lru_cache") < new.index("def a(")
+    # after the relative import too (transformers' modeling files end their imports with them)
+    assert new.index("from .layers import Norm") < new.index("@functools.lru_cache") < new.index("def a(")
     assert new.count("atten_mask=npu_causal_mask(q.device)") == 2
     line = dict((name, line) for line, name in result.added_helpers)["npu_causal_mask"]
     assert new.splitlines()[line - 1] == "@functools.lru_cache(maxsize=None)"

@@ -141,6 +141,14 @@ def _imported_modules(statement: cst.BaseStatement) -> list[str]:
     return found
 
 
+def _is_import(statement: cst.BaseStatement) -> bool:
+    """An import line, relative ones included (a helper defined above `from .x import y` would
+    put that import below code: E402 in the user's linter)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
+
+
 def _imports_torch(small: cst.BaseSmallStatement) -> bool:
     if isinstance(small, cst.Import):
         return any(_is_torch(module_name(alias.name)) for alias in small.names)
@@ -292,7 +300,7 @@ def add_helpers(module: cst.Module, helpers: dict[str, str]) -> tuple[cst.Module
     missing = {name: code for name, code in helpers.items() if name not in defined}
     if not missing:
         return module, []
-    at = max((i + 1 for i, s in enumerate(body) if _imported_modules(s)), default=insertion_index(body))
+    at = max((i + 1 for i, s in enumerate(body) if _is_import(s)), default=insertion_index(body))
     line = module.with_changes(body=body[:at]).code.count("\n") + 1
     new: list[cst.BaseStatement] = []
     added = []
