@@ -21,9 +21,9 @@ npu-migrate without extras, onnx, numpy), one `--only` at a time.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +37,6 @@ from npu_migrate.rules.load import load_rules
 from tests.sources import DIFFUSERS_0_21, TIMM, TRANSFORMERS_4_30, TRANSFORMERS_4_46, Release, fetch
 
 ENTRIES = Path(__file__).resolve().parent.parent / "tests" / "real_models" / "entries"
-OPERATOR = re.compile(r"torch_npu\.(npu_\w+|fast_gelu)\(")
 
 
 @dataclass(frozen=True)
@@ -111,22 +110,48 @@ def measure(model: Model) -> bool:
             print(f"{model.name}: verify did not report:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
             return False
         data = json.loads(report.read_text())
+        for finding in findings:
+            finding["site"] = _site(tree, finding)
     made = [f for f in findings if not f["held"] and f["replacement"] is not None]
     held = Counter(f["held_reason"] or f["held"] for f in findings if f["held"])
     reported = Counter(f["code"] for f in findings if not f["held"] and f["replacement"] is None)
     ran = data["migrated"]["fused_calls"]
-    not_run = [f for f in made if not set(OPERATOR.findall(f["replacement"])) & set(ran)]
+    sites = data["migrated"]["fused_sites"]
+    not_run = [f for f in made if f["site"] not in sites]
     steps = [s["passed"] for s in data["steps"]]
     verdict = "PASS" if data["passed"] else "FAIL: " + "; ".join(data["problems"])
     print(f"\n{model.name}: {model.kind}")
     print(f"  made {len(made)} ({_counts(Counter(f['code'] for f in made))}), held {sum(held.values())} "
           f"({_counts(held)}), reported {sum(reported.values())} ({_counts(reported)})")  # fmt: skip
-    print(f"  fused operators run: {_counts(Counter(ran))}")
+    print(f"  fused operators run: {_counts(Counter(ran))}; {len(made) - len(not_run)} of "
+          f"{len(made)} made swaps ran (by the function they are in)")  # fmt: skip
     for finding in not_run:
-        where = f"{Path(finding['file']).relative_to(tree)}:{finding['line']}"
-        print(f"  made but not on the entry's path: {finding['code']} at {where}")
+        print(
+            f"  made, not on the entry's path: {finding['code']} in {finding['site']}, line {finding['line']}"
+        )
     print(f"  verify: {verdict}; {len(data['rows'])} module outputs, steps {steps}, {seconds:.0f} s")
     return data["passed"] and len(not_run) < len(made)
+
+
+def _site(tree: Path, finding: dict) -> str:
+    """`path/in/tree.py:Class.method` of the function a finding is in, as verify names the
+    callers of fused operators (Python's qualified name of the code object)."""
+    path = Path(finding["file"]).resolve()
+    module = ast.parse(path.read_text(encoding="utf-8"))
+    names: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                inside = child.lineno <= finding["line"] <= (child.end_lineno or child.lineno)
+                if inside:
+                    name = prefix + child.name
+                    if not isinstance(child, ast.ClassDef):
+                        names.append(name)
+                    visit(child, name + (".<locals>." if not isinstance(child, ast.ClassDef) else "."))
+
+    visit(module, "")
+    return f"{path.relative_to(tree).as_posix()}:{names[-1] if names else '<module>'}"
 
 
 def _counts(counter: Counter[str]) -> str:

@@ -5,8 +5,11 @@ allocator can say it."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -169,15 +172,21 @@ class RandomDraws(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+_PACKAGE = Path(__file__).resolve().parents[1]  # npu_migrate: its frames are never the caller
+
+
 class FusedCalls:
     """How often the migrated side calls each of torch_npu's fused operators (`npu_*`,
     `fast_gelu`), counted by wrapping the module's attributes, which migrated code looks up as
     it calls them: a fused swap the model's code path never reaches is then visible, where an
-    agreeing comparison alone would read as proof of it."""
+    agreeing comparison alone would read as proof of it. `sites` counts the calls by caller
+    inside `root` (`path/in/tree.py:Class.method`), which names the swap that ran."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, root: Path | None = None) -> None:
         self.module = module
+        self.root = root
         self.counts: dict[str, int] = {}
+        self.sites: dict[str, int] = {}
         self._originals = {
             name: value
             for name, value in vars(module).items()
@@ -198,6 +207,19 @@ class FusedCalls:
     def _counted(self, name: str, operator: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.counts[name] = self.counts.get(name, 0) + 1
+            site = self._site(sys._getframe(1))
+            if site:
+                self.sites[site] = self.sites.get(site, 0) + 1
             return operator(*args, **kwargs)
 
         return counted
+
+    def _site(self, frame: types.FrameType | None) -> str | None:
+        """The caller past verify's own wrappers (NoDropout wraps the operators in steps)."""
+        while frame is not None and Path(frame.f_code.co_filename).is_relative_to(_PACKAGE):
+            frame = frame.f_back
+        if frame is None or self.root is None or not Path(frame.f_code.co_filename).is_relative_to(self.root):
+            return None
+        code = frame.f_code
+        name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+ names the class too
+        return f"{Path(code.co_filename).relative_to(self.root).as_posix()}:{name}"

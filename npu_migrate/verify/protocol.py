@@ -67,6 +67,7 @@ class SideReport:
     optimizer: str | None = None  # the optimizer's class name (training)
     optimizer_bytes: int | None = None
     fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)
+    fused_sites: dict[str, int] = field(default_factory=dict)  # `file:qualname` in the tree: fused calls
 
     @property
     def where(self) -> str:

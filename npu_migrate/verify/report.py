@@ -144,6 +144,7 @@ def write_json(path: Path, result: Result) -> None:
             "device": result.migrated.device,
             "emulated": result.migrated.emulated,
             "fused_calls": result.migrated.fused_calls,
+            "fused_sites": result.migrated.fused_sites,
         },
         **result.comparison.as_dict(),
     }

@@ -240,9 +240,10 @@ def run(request: SideRequest) -> SideReport:
         return _run(request)
     import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
 
-    with FusedCalls(torch_npu) as fused:
+    with FusedCalls(torch_npu, Path(request.tree).resolve()) as fused:
         report = _run(request)
     report.fused_calls = dict(sorted(fused.counts.items()))
+    report.fused_sites = dict(sorted(fused.sites.items()))
     return report
 
 

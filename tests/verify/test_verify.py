@@ -122,6 +122,7 @@ def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
     # forward (a warm-up, five timed, one recorded) and each step's
     calls = data["migrated"]["fused_calls"]
     assert calls == {"npu_fusion_attention": 2 * (7 + 2)}, calls
+    assert data["migrated"]["fused_sites"] == {"model.py:CausalSelfAttention.forward": 18}, data["migrated"]
     assert "fused operators the migrated side ran (forwards and steps): npu_fusion_attention x18" in output
     # the fused attention's emulation works in query blocks and the rule caches its causal mask:
     # the migration costs about what the original does
