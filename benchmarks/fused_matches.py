@@ -24,6 +24,7 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from benchmarks.fused_models import held_reason, outcome
 from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
 from tests.sources import (
@@ -92,15 +93,12 @@ def main() -> None:
             if code not in fused:
                 continue
             where[code].add(name)
-            if finding["held"]:
-                held[code][finding["held_reason"] or finding["held"]] += 1
-                counts["held"] += 1
-            elif finding["replacement"] is not None:
-                made[code] += 1
-                counts["made"] += 1
+            fate = outcome(finding)
+            counts[fate] += 1
+            if fate == "held":
+                held[code][held_reason(finding)] += 1
             else:
-                reported[code] += 1
-                counts["reported"] += 1
+                (made if fate == "made" else reported)[code] += 1
         per_source.append(
             f"{name}: made {counts['made']}, held {counts['held']}, reported {counts['reported']}, "
             f"missed score products {missed[name]}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import os
 import shutil
@@ -112,9 +113,9 @@ def measure(model: Model) -> bool:
         data = json.loads(report.read_text())
         for finding in findings:
             finding["site"] = _site(tree, finding)
-    made = [f for f in findings if not f["held"] and f["replacement"] is not None]
-    held = Counter(f["held_reason"] or f["held"] for f in findings if f["held"])
-    reported = Counter(f["code"] for f in findings if not f["held"] and f["replacement"] is None)
+    made = [f for f in findings if outcome(f) == "made"]
+    held = Counter(held_reason(f) for f in findings if outcome(f) == "held")
+    reported = Counter(f["code"] for f in findings if outcome(f) == "reported")
     ran = data["migrated"]["fused_calls"]
     sites = data["migrated"]["fused_sites"]
     not_run = [f for f in made if f["site"] not in sites]
@@ -133,11 +134,27 @@ def measure(model: Model) -> bool:
     return data["passed"] and len(not_run) < len(made)
 
 
+def outcome(finding: dict) -> str:
+    """What `apply --unsafe` does with a fused finding: made, held or reported."""
+    if finding["held"]:
+        return "held"
+    return "made" if finding["replacement"] is not None else "reported"
+
+
+def held_reason(finding: dict) -> str:
+    return finding["held_reason"] or finding["held"]
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _site(tree: Path, finding: dict) -> str:
     """`path/in/tree.py:Class.method` of the function a finding is in, as verify names the
     callers of fused operators (Python's qualified name of the code object)."""
     path = Path(finding["file"]).resolve()
-    module = ast.parse(path.read_text(encoding="utf-8"))
+    module = _parsed(path)
     names: list[str] = []
 
     def visit(node: ast.AST, prefix: str) -> None:

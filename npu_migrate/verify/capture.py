@@ -8,6 +8,7 @@ import dataclasses
 import sys
 import types
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -182,11 +183,11 @@ class FusedCalls:
     agreeing comparison alone would read as proof of it. `sites` counts the calls by caller
     inside `root` (`path/in/tree.py:Class.method`), which names the swap that ran."""
 
-    def __init__(self, module: Any, root: Path | None = None) -> None:
+    def __init__(self, module: Any, root: Path) -> None:
         self.module = module
         self.root = root
-        self.counts: dict[str, int] = {}
-        self.sites: dict[str, int] = {}
+        self.counts: Counter[str] = Counter()
+        self.sites: Counter[str] = Counter()
         self._originals = {
             name: value
             for name, value in vars(module).items()
@@ -206,10 +207,10 @@ class FusedCalls:
 
     def _counted(self, name: str, operator: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
-            self.counts[name] = self.counts.get(name, 0) + 1
+            self.counts[name] += 1
             site = self._site(sys._getframe(1))
             if site:
-                self.sites[site] = self.sites.get(site, 0) + 1
+                self.sites[site] += 1
             return operator(*args, **kwargs)
 
         return counted
@@ -218,7 +219,7 @@ class FusedCalls:
         """The caller past verify's own wrappers (NoDropout wraps the operators in steps)."""
         while frame is not None and Path(frame.f_code.co_filename).is_relative_to(_PACKAGE):
             frame = frame.f_back
-        if frame is None or self.root is None or not Path(frame.f_code.co_filename).is_relative_to(self.root):
+        if frame is None or not Path(frame.f_code.co_filename).is_relative_to(self.root):
             return None
         code = frame.f_code
         name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+ names the class too

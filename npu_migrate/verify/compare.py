@@ -343,9 +343,12 @@ def _compare_steps(
 def _model_scale(grads: Iterable[torch.Tensor]) -> float:
     """The rms of all of a step's floating-point gradient elements: the scale rounding noise in
     any one gradient is measured against (a tensor's own rms is noise too when the tensor is)."""
-    floating = [g.detach().double() for g in grads if g.is_floating_point() and g.numel()]
-    count = sum(g.numel() for g in floating)
-    return math.sqrt(sum(float(g.pow(2).sum()) for g in floating) / count) if count else 0.0
+    total, count = 0.0, 0
+    for grad in grads:
+        if grad.is_floating_point():
+            total += float(grad.detach().double().pow(2).sum())
+            count += grad.numel()
+    return math.sqrt(total / count) if count else 0.0
 
 
 def _add_noise(

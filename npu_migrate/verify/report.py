@@ -24,6 +24,11 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _tally(counts: dict[str, int]) -> str:
+    """`name xN, ...`: operators by how often they appear or ran."""
+    return ", ".join(f"{name} x{count}" for name, count in counts.items())
+
+
 def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
@@ -32,7 +37,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
     if result.migrated.fused_calls:
-        calls = ", ".join(f"{name} x{count}" for name, count in result.migrated.fused_calls.items())
+        calls = _tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
     rows = comparison.rows + comparison.output_rows
     failed = [r for r in rows if not r.passed]
@@ -127,8 +132,9 @@ def _print_onnx(console: Console, comparison: Any) -> None:
     if "error" in onnx:
         console.print(f"ONNX export failed: {onnx['error']}")
         return
-    operators = ", ".join(f"{name} x{count}" for name, count in onnx["operators"].items())
-    console.print(f"ONNX: opset {onnx['opset']}, {sum(onnx['operators'].values())} nodes: {operators}")
+    console.print(
+        f"ONNX: opset {onnx['opset']}, {sum(onnx['operators'].values())} nodes: {_tally(onnx['operators'])}"
+    )
     for row in comparison.onnx_rows:
         verdict = "[green]ok[/]" if row.passed else "[red]fail[/]"
         console.print(

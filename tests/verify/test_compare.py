@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -79,14 +81,14 @@ def test_a_gradient_that_is_rounding_noise_is_judged_against_the_models_gradient
     assert not off.passed and off.steps[0]["failed_grads"] == ["w"]
 
 
-def test_fused_operator_calls_are_counted_where_migrated_code_looks_them_up() -> None:
+def test_fused_operator_calls_are_counted_where_migrated_code_looks_them_up(tmp_path: Path) -> None:
     import types
 
     from npu_migrate.verify.capture import FusedCalls
 
     module = types.SimpleNamespace(npu_rms_norm=lambda x: (x, x), fast_gelu=lambda x: x, npu=object())
     original = module.npu_rms_norm
-    with FusedCalls(module) as calls:
+    with FusedCalls(module, tmp_path) as calls:
         for _ in range(3):
             module.npu_rms_norm(1)
         module.fast_gelu(2)
