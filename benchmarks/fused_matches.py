@@ -8,7 +8,8 @@ checked out as benchmarks/real_repos.py does; three releases pinned by sha256 (t
 transformers 4.30 and 4.46 (Hugging Face's LLMs before SDPA and with it, Qwen2-VL) and diffusers
 0.21 (a Stable Diffusion pipeline's attention processors); and Ascend's own ports of public
 models (LLaMA-13B, MiniGPT-4, GPT-NeoX, GLM-10B, DINO, BEiT v2, Chinese-CLIP, diffusers 0.18's
-text-to-image training) from its ModelZoo at a pinned commit. Each is
+text-to-image training) from its ModelZoo at a pinned commit; and bowdpr, a retriever whose
+launch scripts choose transformers' optimizer (`--optim adamw_apex_fused`). Each is
 scanned with the catalog (`scan --format json`). Prints, per source, the fused swaps made, held
 and reported, and the score products missed; then one line per fused rule: the fixes `apply
 --unsafe` would make, those held (by reason), the report-only findings, and the sources it
@@ -28,6 +29,7 @@ from benchmarks.fused_models import held_reason, outcome
 from benchmarks.real_repos import cli, clone, mirrors_asked, watched
 from npu_migrate.rules.load import load_rules
 from tests.sources import (
+    BOWDPR,
     DIFFUSERS_0_21,
     MODELZOO_PORTS,
     TRANSFORMERS_4_30,
@@ -43,6 +45,7 @@ PINNED: dict[str, Release | Snapshot] = {
     "transformers-4.46.3": TRANSFORMERS_4_46,
     "diffusers-0.21.4": DIFFUSERS_0_21,
     "ascend-modelzoo-ports": MODELZOO_PORTS,
+    "bowdpr": BOWDPR,
 }
 
 # A statement that computes attention scores as eager attention does (what a statements rule

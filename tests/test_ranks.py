@@ -125,3 +125,51 @@ def test_without_the_whole_file_a_parameter_is_not_followed() -> None:
     function = cst.parse_module(CALLED).body[0]
     assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
     assert Ranks(function, function.body.body[-1]).of(cst.Name("q")) is None
+
+
+MASKS = """
+class WindowAttention:
+    # timm's Swin and BEiT attention: which masks can be None where SDPA is called
+    def _get_rel_pos_bias(self):
+        bias = self.table[self.index.view(-1)].view(self.area, self.area, -1)
+        return bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+
+    def _maybe_bias(self):
+        if self.table is None:
+            return None
+        return self.table.unsqueeze(0)
+
+    def forward(self, x, mask=None, shared=None):
+        swin = self._get_rel_pos_bias()
+        if mask is not None:
+            swin = swin + mask.reshape(-1, self.num_heads, 4, 4)
+        beit = None
+        if self.table is not None:
+            beit = self._get_rel_pos_bias()
+        elif shared is not None:
+            beit = shared
+        sum_ = shared + 1
+        maybe = self._maybe_bias()
+        module = self.bias_module(x)
+        bound_in_branch_only = x
+        if mask is not None:
+            bound_in_branch_only = mask.float()
+        attn = x
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "never"),
+    [
+        ("swin", True),  # a method whose every return is a tensor method's result, then a sum
+        ("sum_", True),  # arithmetic on None raises: the value is never None
+        ("bound_in_branch_only", False),  # the unconditional binding is a parameter
+        ("beit", False),  # None, then tensors in branches
+        ("maybe", False),  # a method that can return None
+        ("module", False),  # a module's output: not seen
+        ("mask", False),  # a parameter
+    ],
+)
+def test_a_value_is_never_none_only_where_the_code_shows_it(name: str, never: bool) -> None:
+    ranks = _asked(cst.parse_module(MASKS), "forward")
+    assert ranks.never_none(cst.Name(name)) is never

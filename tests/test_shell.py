@@ -78,3 +78,30 @@ def test_a_last_line_ending_in_a_backslash_is_read_as_bash_reads_it(tmp_path: Pa
     result = run_cli("apply", script.name, cwd=tmp_path)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert script.read_bytes() == b"export ASCEND_RT_VISIBLE_DEVICES=0\npython train.py --lr 1 \\"
+
+
+def test_a_flag_list_the_command_line_expands_unquoted_is_read_word_by_word(tmp_path: Path) -> None:
+    """bowdpr's fine-tuning scripts keep the trainer's flags in one quoted variable, expanded
+    unquoted into torchrun's command line (the shell splits it into arguments): its words are
+    arguments. A quoted value only echoed, one word touching an expansion and a one-word value
+    (already a word site) are not read again."""
+    script = tmp_path / "train_dpr.sh"
+    script.write_text(
+        "N=8\n"
+        'TRAIN_ARGS=" --do_train \\\n'
+        "--per_device_train_batch_size $N \\\n"
+        "--optim adamw_apex_fused \\\n"
+        '--device cuda:$N --eval-device cuda"\n'
+        'SAID="--optim adamw_apex_fused"\n'
+        'echo "$SAID"\n'
+        'ONE="cuda"\n'
+        "torchrun -m bowdpr.finetune.fit $TRAIN_ARGS --device ${ONE}\n"
+    )
+    result = run_cli("scan", script, "--format", "json", cwd=tmp_path)
+    found = [(f["line"], f["code"], f["label"]) for f in json.loads(result.stdout)["findings"]]
+    assert found == [(4, "NPU956", "unsafe"), (5, "NPU150", "unsafe"), (8, "NPU150", "unsafe")]
+    run_cli("apply", script, "--no-change-list", "--unsafe", cwd=tmp_path)
+    lines = script.read_text().splitlines()
+    assert lines[3] == "--optim adamw_torch_fused \\" and lines[5] == 'SAID="--optim adamw_apex_fused"'
+    assert lines[4] == '--device cuda:$N --eval-device npu"' and lines[7] == 'ONE="npu"'
+    assert subprocess.run(["bash", "-n", script], check=False).returncode == 0

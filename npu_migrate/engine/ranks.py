@@ -89,6 +89,42 @@ class Ranks:
                 return self.of(tensors[0], depth + 1, before)
         return None
 
+    def never_none(self, expression: cst.BaseExpression, depth: int = 0, before: int = 1 << 30) -> bool:
+        """Whether the code shows `expression` is never None at the statement asked about: it is
+        arithmetic (`bias + mask`), a tensor method's result (`bias.unsqueeze(0)`), a method of
+        this function's class whose every return is such a value, or a name whose bindings since
+        the last unconditional one all are. A parameter may be None."""
+        if depth > _DEPTH:
+            return False
+        if isinstance(expression, cst.BinaryOperation | cst.UnaryOperation):
+            return True  # None in arithmetic raises: the result is a value
+        if isinstance(expression, cst.Name):
+            bindings = [b for b in self._bindings.get(expression.value, []) if b.order < before]
+            last = next((i for i in range(len(bindings) - 1, -1, -1) if not bindings[i].conditional), None)
+            return last is not None and all(
+                b.value is not None and b.index is None and self.never_none(b.value, depth + 1, b.order)
+                for b in bindings[last:]
+            )
+        if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
+            method = expression.func.attr.value
+            if method in _KEEP | _SPELLED | {"unsqueeze", "squeeze", "expand", "repeat"}:
+                return True
+            if isinstance(expression.func.value, cst.Name) and expression.func.value.value == "self":
+                return self._returns_values(method, depth)
+        return False
+
+    def _returns_values(self, method: str, depth: int) -> bool:
+        """Whether the method `method` of this function's class (in the file) returns a value
+        that is never None on every `return`, and returns at all."""
+        found = _sibling_method(self.callers, self.function, method) if self.callers is not None else None
+        if found is None:
+            return False
+        returns = [n for n in subtree(found.body) if isinstance(n, cst.Return)]
+        return bool(returns) and all(
+            r.value is not None and Ranks(found, _statement_of(found, r)).never_none(r.value, depth + 1)
+            for r in returns
+        )
+
     def _of_name(self, name: str, depth: int, before: int) -> int | None:
         bindings = [b for b in self._bindings.get(name, []) if b.order < before]
         ranks = []
@@ -317,6 +353,25 @@ def _calls_of(
     for statement in module.body:
         walk(statement, None, None)
     return (method, found) if referred == len(found) else None
+
+
+def _sibling_method(module: cst.Module, function: cst.FunctionDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` of the top-level class that defines `function` as a method."""
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            body = cast(cst.IndentedBlock, statement.body).body
+            if any(s is function for s in body):
+                methods = (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name)
+                return next(methods, None)
+    return None
+
+
+def _statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement of `function`'s own body (at any depth of blocks) that holds `node`."""
+    for statement in subtree(function.body):
+        if isinstance(statement, cst.SimpleStatementLine) and _contains(statement, node):
+            return statement
+    return node
 
 
 def _argument(call: cst.Call, position: int, name: str) -> cst.BaseExpression | None:

@@ -70,7 +70,7 @@ def migrate_script(
         suppressions = Suppressions.in_comments(data, _comments(tree.root_node))
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     spelled = (site for start, end in texts for site in _spelled_in(data, start, end, read=True))
-    sites = [*_sites(tree.root_node, view), *spelled, *installed]
+    sites = [*_sites(tree.root_node, view), *_flag_lists(tree.root_node, view), *spelled, *installed]
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         if (unmigrated := _bash_refuses(view)) is not None:  # the input's fault, not the fixes'
@@ -156,6 +156,49 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
             return
     for child in node.children:
         yield from _sites(child, data, read)
+
+
+def _flag_lists(root: Any, data: bytes) -> Iterator[Site]:
+    """The words of a quoted value assigned to a variable that a command is given unquoted
+    (`ARGS="--bf16 --optim adamw_apex_fused"`, then `torchrun train.py $ARGS`): the shell splits
+    that value into the command's arguments, so each of its literal words is an argument too.
+    A word that touches an expansion or holds a backslash is left out: its value is not its text."""
+    split = {name for node in _walk(root) if node.type == "command" for name in _unquoted_names(node, data)}
+    for node in _walk(root):
+        if node.type != "variable_assignment" or node.children[-1].type != "string":
+            continue
+        name = next((c for c in node.children if c.type == "variable_name"), None)
+        if name is None or _text(name, data) not in split:
+            continue
+        value = node.children[-1]
+        for content in (c for c in value.children if c.type == "string_content"):
+            words = list(re.finditer(rb"\S+", data[content.start_byte : content.end_byte]))
+            if len(words) < 2 and _literal(value) is not None:
+                continue  # the whole value is one word, and a word site already
+            for word in words:
+                start, end = content.start_byte + word.start(), content.start_byte + word.end()
+                touches = (start == content.start_byte and content.prev_sibling.type != '"') or (
+                    end == content.end_byte and content.next_sibling.type != '"'
+                )
+                if not touches and b"\\" not in word[0]:
+                    yield Site("word", start, end, word[0].decode(errors="replace"))
+
+
+def _unquoted_names(command: Any, data: bytes) -> Iterator[str]:
+    """The variables a command is given as whole unquoted arguments (`$ARGS`, `${ARGS}`)."""
+    for child in command.children:
+        if child.type in ("simple_expansion", "expansion") and len(child.children) <= 4:
+            name = next((c for c in child.children if c.type == "variable_name"), None)
+            if name is not None:
+                yield _text(name, data)
+
+
+def _walk(root: Any) -> Iterator[Any]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)
 
 
 _WRITERS = {"echo", "printf", "cat", "tee"}  # the text they are given is written out, not run
@@ -297,12 +340,7 @@ def _literal(argument: Any) -> Any:
 
 def _comments(root: Any) -> Iterator[tuple[int, int]]:
     """The byte spans of the script's comments."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "comment":
-            yield node.start_byte, node.end_byte
-        stack.extend(node.children)
+    return ((node.start_byte, node.end_byte) for node in _walk(root) if node.type == "comment")
 
 
 def _first_error(node: Any) -> Any:

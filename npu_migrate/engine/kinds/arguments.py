@@ -26,10 +26,10 @@ def callee(ctx: FileContext, node: cst.Call) -> str | None:
     return ctx.table.qualify(parts) if parts else None
 
 
-def fits(call: cst.Call, signature: list[str]) -> bool:
-    """Whether every argument of a call is one of `signature`'s parameters (no *args, **kwargs,
-    extra positionals or other keywords)."""
-    positional = [a for a in call.args if a.keyword is None]
+def fits(call: cst.Call, signature: list[str], mapping: bool = False) -> bool:
+    """Whether every argument of a call is one of `signature`'s parameters (no *args, extra
+    positionals or other keywords; no **kwargs unless `mapping` lets one through)."""
+    positional = [a for a in call.args if a.keyword is None and not (mapping and a.star == "**")]
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     return (
         all(not a.star for a in positional)
@@ -112,21 +112,37 @@ def static_text(node: cst.SimpleString | cst.FormattedString) -> str | None:
     return "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in node.parts)
 
 
+def mappings(call: cst.Call) -> list[cst.Arg]:
+    """The `**kwargs` a call passes."""
+    return [a for a in call.args if a.star == "**"]
+
+
 def conditions_hold(
-    ctx: FileContext, node: cst.Call, conditions: dict[str, ArgCondition], signature: list[str]
+    ctx: FileContext,
+    node: cst.Call,
+    conditions: dict[str, ArgCondition],
+    signature: list[str],
+    mapping: bool = False,
 ) -> bool:
+    """With `mapping`, a `**kwargs` the call passes may carry any parameter: one that must be
+    given counts as given."""
     unknown = any(a.star for a in node.args)
+    carried = mapping and bool(mappings(node))
     return all(
-        _condition_holds(ctx, parameter(node, name, signature), condition, unknown)
+        _condition_holds(ctx, parameter(node, name, signature), condition, unknown, carried)
         for name, condition in conditions.items()
     )
 
 
 def _condition_holds(
-    ctx: FileContext, values: list[cst.BaseExpression], condition: ArgCondition, unknown: bool
+    ctx: FileContext,
+    values: list[cst.BaseExpression],
+    condition: ArgCondition,
+    unknown: bool,
+    carried: bool,
 ) -> bool:
     if condition.present is not None:
-        if condition.present != bool(values):
+        if condition.present != bool(values) and not (condition.present and carried):
             return False
         if not condition.present and unknown:
             return False  # *args or **kwargs may carry it: absence cannot be proven

@@ -12,18 +12,19 @@ from pydantic import AfterValidator, Field
 
 from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replace_expression
 from npu_migrate.engine.imports import renamed
-from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, passed
+from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, mappings, passed
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
 from npu_migrate.engine.kinds.fields import RANKS, ArgCondition, QualifiedNames, Strict, rank_guard
 from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import Pattern, code_of, fill
-from npu_migrate.engine.ranks import held_for_rank
+from npu_migrate.engine.ranks import Ranks, held_for_rank
+from npu_migrate.engine.reasons import FUSED_BRANCH_NEVER_RUNS
 from npu_migrate.engine.regions import CALLED, Anchors, Token
+from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
 
 if TYPE_CHECKING:
-    from npu_migrate.model import Hold
     from npu_migrate.rules.schema import Rule
 
 
@@ -38,6 +39,13 @@ class CallMatch(Strict):
         description="Match only calls whose arguments all fit `signature` (no other keywords, "
         "no *args or **kwargs): what a fix does not know, it must not drop.",
     )
+    passes_mapping: bool = Field(
+        default=False,
+        description="A `**kwargs` the call passes is let through `strict` and passed on, last, by "
+        "the template's call: for a new callee that takes the old one's keywords and refuses, "
+        "loudly, any it does not. The mapping may carry any parameter, so `present: true` holds "
+        "and a template with `defaults` (standing for an absent argument) is not filled.",
+    )
     unless_fallback_of: list[Annotated[str, AfterValidator(parses)]] = Field(
         default_factory=list,
         description="Tests over the parameters ($attn_mask is None) under which the call is already "
@@ -45,6 +53,12 @@ class CallMatch(Strict):
         "is left alone (what a fix `fused if $attn_mask is None else <the call>` writes).",
     )
     rank: RANKS = rank_guard("Parameters")
+    fused_when_none: list[str] = Field(
+        default_factory=list,
+        description="Parameters whose None the fix's template tests to take the fused branch "
+        "(`fused if $attn_mask is None else <the call>`): where the function's code shows the "
+        "value is never None, the fused branch would never run, and the fix is held.",
+    )
 
 
 class CallMatcher(Matcher):
@@ -57,14 +71,16 @@ class CallMatcher(Matcher):
         candidates = []
         for rule, specificity in self.kind.table.rules_for(qualified):
             match = cast(CallMatch, rule.match)
-            if match.strict and not fits(original, match.signature):
+            if match.strict and not fits(original, match.signature, match.passes_mapping):
                 continue
-            if not conditions_hold(self.ctx, original, match.args, match.signature):
+            if not conditions_hold(self.ctx, original, match.args, match.signature, match.passes_mapping):
                 continue
             if match.unless_fallback_of and self._already_fallback(match, original):
                 continue
             fixed, imports = self._fixed(rule, match, qualified, original, updated)
-            held = self._unproven_rank(match, original) if fixed is not None else None
+            held = None
+            if fixed is not None:
+                held = self._unproven_rank(match, original) or self._never_none(match, original)
             candidates.append(Candidate(rule, fixed, imports, specificity=specificity, held=held))
         return candidates
 
@@ -83,6 +99,18 @@ class CallMatcher(Matcher):
             return None
         return held_for_rank(self.ctx, match.rank, passed(original, match.rank, match.signature))
 
+    def _never_none(self, match: CallMatch, original: cst.Call) -> Hold | None:
+        functions, at = self.ctx.facts.functions, self.ctx.facts.line
+        if not match.fused_when_none or not functions or at is None:
+            return None
+        ranks = Ranks(functions[-1], at, callers=self.ctx.module)
+        for value in passed(original, match.fused_when_none, match.signature).values():
+            if ranks.never_none(value):
+                code = code_of(value, self.ctx.module)
+                why = f"the code shows `{code}` is never None, and the fix fuses the call only when it is"
+                return Hold(FUSED_BRANCH_NEVER_RUNS, why)
+        return None
+
     def _fixed(
         self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call
     ) -> tuple[cst.BaseExpression | None, tuple[str, ...]]:
@@ -97,6 +125,9 @@ class CallMatcher(Matcher):
                 module,
             ) if module else ()
         if fix and fix.template:
+            mapped = mappings(updated) if match.passes_mapping else []
+            if mapped and fix.defaults:
+                return None, ()  # the mapping may or may not carry what a default stands for
             given = passed(updated, {*match.signature, *match.args}, match.signature)
             codes = {name: code_of(value, self.ctx.module) for name, value in given.items()}
             try:
@@ -108,6 +139,11 @@ class CallMatcher(Matcher):
                 node, more = fill(fix.template, codes, self.ctx.table.spell)
             except ValueError:
                 return None, ()  # an argument the template needs is missing: report only
+            if mapped:
+                assert isinstance(node, cst.Call)
+                node = node.with_changes(
+                    args=(*node.args, *(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in mapped))
+                )
             assert isinstance(node, cst.BaseExpression)
             return framed(node, updated), (*needed, *more)
         return None, ()
@@ -151,4 +187,5 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            anchors.rule(*alternatives, function=bool(match.rank), whole=bool(match.rank))
+            reads_function = bool(match.rank or match.fused_when_none)
+            anchors.rule(*alternatives, function=reads_function, whole=reads_function)

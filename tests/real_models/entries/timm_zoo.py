@@ -1,10 +1,11 @@
-"""A zoo of timm 1.0.15 vision transformers, each at its smallest: CaiT (class attention),
-ConViT (gated positional self-attention), Swin (windows with a shifted-window mask), Twins
-(spatially reduced keys), BEiT (a relative position bias) and Visformer, trained three steps on
-one batch. timm writes attention both ways (`if self.fused_attn:` SDPA, else eager): run it
-again with TIMM_FUSED_ATTN=0 for the eager branches. SGD, not Adam: a bias feeding BatchNorm
-(Visformer's) has a zero gradient in exact arithmetic, Adam normalises its rounding noise into
-full steps, and BatchNorm's running mean follows them, a difference no migration explains."""
+"""A zoo of timm 1.0.15 vision transformers, each at its smallest: CaiT (class attention), ConViT
+(gated positional self-attention), Swin (windows with a shifted-window mask), Twins (spatially
+reduced keys), BEiT (with a relative position bias, and without one: then its SDPA gets no mask)
+and Visformer, trained three steps on one batch. timm writes attention both ways (`if
+self.fused_attn:` SDPA, else eager): run it again with TIMM_FUSED_ATTN=0 for the eager branches.
+SGD, not Adam: a bias feeding BatchNorm (Visformer's) has a zero gradient in exact arithmetic,
+Adam normalises its rounding noise into full steps, and BatchNorm's running mean follows them, a
+difference no migration explains."""
 
 import timm
 import torch
@@ -20,6 +21,9 @@ MODELS = {
               dict(embed_dims=(16, 32), depths=(1, 1), num_heads=(1, 2), mlp_ratios=(2, 2),
                    sr_ratios=(2, 1))),
     "beit": ("beit_base_patch16_224", dict(patch_size=8, embed_dim=32, depth=2, num_heads=2)),
+    "beit_abs": ("beit_base_patch16_224",  # no relative position bias: SDPA gets no mask
+                 dict(patch_size=8, embed_dim=32, depth=2, num_heads=2, use_abs_pos_emb=True,
+                      use_rel_pos_bias=False)),
     "visformer": ("visformer_tiny", dict(init_channels=8, embed_dim=32, depth=(1, 1, 1), num_heads=2)),
 }  # fmt: skip
 
