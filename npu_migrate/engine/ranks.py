@@ -16,25 +16,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import libcst as cst
 
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.names import dotted_parts
-from npu_migrate.engine.patterns import code_of
-from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN
-from npu_migrate.model import Hold
 
-if TYPE_CHECKING:
-    from npu_migrate.engine.context import FileContext
-
-# Methods that give a tensor of their receiver's rank.
-_KEEP = frozenset({
+# Methods that give a tensor of their receiver's rank, and functions that give their first
+# argument's.
+KEEPS_RANK = frozenset({
     "transpose", "contiguous", "float", "half", "bfloat16", "double", "to", "type_as", "type",
     "clone", "detach", "softmax", "mul", "div", "add", "sub", "masked_fill", "expand_as", "cuda",
     "npu", "cpu", "requires_grad_",
 })  # fmt: skip
+KEEPS_RANK_FUNCTIONS = frozenset({"normalize"})
 _SPELLED = frozenset({"view", "reshape", "permute"})  # the sizes (or the order) spelled out
 _UNPACKED_KEEP = frozenset({"chunk", "split", "tensor_split"})  # each part keeps the rank
 _DEPTH = 12
@@ -42,14 +38,14 @@ _HOPS = 3  # calls followed back from a parameter
 
 
 @dataclass(frozen=True)
-class _Binding:
+class Binding:
     value: cst.BaseExpression | None  # None: unknown
     index: int | None  # the element of a tuple target it binds, if any
     conditional: bool  # inside a compound statement that does not hold the point asked about
     order: int  # bindings are numbered in source order: a value reads the bindings before its own
 
 
-def _number(node: cst.BaseExpression) -> bool:
+def number(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer | cst.Float) or (
         isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer | cst.Float)
     )
@@ -65,7 +61,7 @@ class Ranks:
         self.at = at
         self.callers = callers  # the whole file, where parameters may be followed to their calls
         self.hops = hops  # calls followed to get here
-        self._bindings: dict[str, list[_Binding]] = {}
+        self._bindings: dict[str, list[Binding]] = {}
         self._count = 0
         self._read(function.body, conditional=False)
 
@@ -75,6 +71,8 @@ class Ranks:
             return None
         if isinstance(expression, cst.Name):
             return self._of_name(expression.value, depth, before)
+        if isinstance(expression, cst.Call) and (kept := kept_from(expression)) is not None:
+            return self.of(kept, depth + 1, before)
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
             return self._of_method(expression, depth, before)
         if isinstance(expression, cst.Call):
@@ -84,7 +82,7 @@ class Ranks:
             change = _indexed(expression)
             return None if inner is None or change is None else inner + change
         if isinstance(expression, cst.BinaryOperation):
-            tensors = [s for s in (expression.left, expression.right) if not _number(s)]
+            tensors = [s for s in (expression.left, expression.right) if not number(s)]
             if len(tensors) == 1:  # a tensor and a number: the tensor's rank
                 return self.of(tensors[0], depth + 1, before)
         return None
@@ -99,19 +97,26 @@ class Ranks:
         if isinstance(expression, cst.BinaryOperation | cst.UnaryOperation):
             return True  # None in arithmetic raises: the result is a value
         if isinstance(expression, cst.Name):
-            bindings = [b for b in self._bindings.get(expression.value, []) if b.order < before]
-            last = next((i for i in range(len(bindings) - 1, -1, -1) if not bindings[i].conditional), None)
-            return last is not None and all(
+            reaching = self.reaching(expression.value, before)
+            return bool(reaching) and all(
                 b.value is not None and b.index is None and self.never_none(b.value, depth + 1, b.order)
-                for b in bindings[last:]
+                for b in reaching
             )
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
             method = expression.func.attr.value
-            if method in _KEEP | _SPELLED | {"unsqueeze", "squeeze", "expand", "repeat"}:
+            if method in KEEPS_RANK | _SPELLED | {"unsqueeze", "squeeze", "expand", "repeat"}:
                 return True
             if isinstance(expression.func.value, cst.Name) and expression.func.value.value == "self":
                 return self._returns_values(method, depth)
         return False
+
+    def reaching(self, name: str, before: int = 1 << 30) -> list[Binding]:
+        """The bindings of `name` that may give its value before binding number `before`: the
+        last one that always runs and those in branches after it; none where no binding always
+        runs."""
+        bindings = [b for b in self._bindings.get(name, []) if b.order < before]
+        last = next((i for i in range(len(bindings) - 1, -1, -1) if not bindings[i].conditional), None)
+        return [] if last is None else bindings[last:]
 
     def _returns_values(self, method: str, depth: int) -> bool:
         """Whether the method `method` of this function's class (in the file) returns a value
@@ -160,7 +165,7 @@ class Ranks:
             ranks.add(Ranks(caller, statement, self.callers, self.hops + 1).of(argument))
         return ranks.pop() if len(ranks) == 1 else None
 
-    def _of_binding(self, binding: _Binding, depth: int) -> int | None:
+    def _of_binding(self, binding: Binding, depth: int) -> int | None:
         value, before = binding.value, binding.order
         if value is None:
             return None
@@ -200,7 +205,7 @@ class Ranks:
             return ranks.pop() + (method == "stack") if len(ranks) == 1 else None  # type: ignore[operator]
         if method in _SPELLED:
             return _spelled(call)
-        if method in _KEEP:
+        if method in KEEPS_RANK:
             return self.of(call.func.value, depth + 1, before)
         receiver = self.of(call.func.value, depth + 1, before)
         if receiver is not None and method == "unsqueeze":
@@ -238,7 +243,7 @@ class Ranks:
     def _add(self, name: str, value: cst.BaseExpression | None, index: int | None, conditional: bool) -> None:
         """A binding of `name` (value None: one whose rank this module does not prove)."""
         self._count += 1
-        self._bindings.setdefault(name, []).append(_Binding(value, index, conditional, self._count))
+        self._bindings.setdefault(name, []).append(Binding(value, index, conditional, self._count))
 
     def _bind(self, statement: cst.BaseSmallStatement, conditional: bool) -> None:
         if isinstance(statement, cst.Assign):
@@ -249,7 +254,7 @@ class Ranks:
         elif (
             isinstance(statement, cst.AugAssign)
             and isinstance(statement.target, cst.Name)
-            and not _number(statement.value)  # `x *= 2` keeps a tensor's rank; anything else: unknown
+            and not number(statement.value)  # `x *= 2` keeps a tensor's rank; anything else: unknown
         ):
             self._add(statement.target.value, None, None, conditional)
 
@@ -264,46 +269,6 @@ class Ranks:
                         self._add(element.value.value, None, None, conditional)
                     else:
                         self._add(element.value.value, value, index, conditional)
-
-
-def held_for_rank(
-    ctx: FileContext, wanted: dict[str, int | list[int]], values: dict[str, cst.BaseExpression]
-) -> Hold | None:
-    """The rank guard of a call or pattern match where the walk is: its function and line, with
-    the whole file to follow parameters to their calls (such rules' anchors ask for it)."""
-    functions = ctx.facts.functions
-    function = functions[-1] if functions else None
-    return unproven_rank(function, ctx.facts.line, wanted, values, ctx.module, callers=ctx.module)
-
-
-def unproven_rank(
-    function: cst.FunctionDef | None,
-    at: cst.CSTNode | None,
-    wanted: dict[str, int | list[int]],
-    values: dict[str, cst.BaseExpression],
-    module: cst.Module,
-    callers: cst.Module | None = None,
-) -> Hold | None:
-    """Why a fused operator's rank limit is not proven for these values at statement `at` of
-    `function` (a rule's `rank:` guard); None when every value has a wanted rank. Outside a
-    function, or with no statement to ask at, nothing is proven; `callers`: the whole file, where
-    a parameter's rank is what the calls of its function pass."""
-    ranks = Ranks(function, at, callers) if function is not None and at is not None else None
-    for name, ranks_allowed in wanted.items():
-        allowed = ranks_allowed if isinstance(ranks_allowed, list) else [ranks_allowed]
-        if name not in values:
-            continue  # not passed: the operator's own default, nothing to prove
-        node = values[name]
-        found = ranks.of(node) if ranks is not None else None
-        if found not in allowed:
-            seen = f"it is {found}-D" if found is not None else "its rank is not seen"
-            dims = " or ".join(f"{n}-D" for n in allowed)
-            code = code_of(node, module)
-            return Hold(
-                OPERATOR_LIMIT_UNPROVEN,
-                f"the code does not show `{code}` is {dims}, as the fused operator needs ({seen})",
-            )
-    return None
 
 
 def _calls_of(
@@ -422,22 +387,40 @@ def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
     return any(n is node for n in subtree(tree))
 
 
+def kept_from(call: cst.Call) -> cst.BaseExpression | None:
+    """The argument whose rank (and axes) a rank-keeping function gives (`F.normalize(q, dim=-1)`)."""
+    parts = dotted_parts(call.func)
+    if parts and parts[-1] in KEEPS_RANK_FUNCTIONS and call.args and not call.args[0].star:
+        return call.args[0].value if call.args[0].keyword is None else None
+    return None
+
+
 def _spelled(call: cst.Call) -> int | None:
-    """The rank a `view`/`reshape`/`permute` spells: its argument count, or the length of one
-    tuple or list argument; None for a shape held in a variable (`x.view(shape)`, `*sizes`)."""
+    """The rank a `view`/`reshape`/`permute` spells (see spelled_sizes)."""
+    sizes = spelled_sizes(call)
+    return len(sizes) if sizes else None
+
+
+def spelled_sizes(call: cst.Call) -> list[cst.BaseExpression] | None:
+    """The sizes (or axes) a `view`/`reshape`/`permute` spells: its arguments, or the elements
+    of one tuple or list argument; None for a shape held in a variable (`x.view(shape)`,
+    `*sizes`)."""
     args = call.args
     if any(a.star or a.keyword for a in args):
         return None
     if len(args) == 1:
         only = args[0].value
         if isinstance(only, cst.Tuple | cst.List):
+            elements = only.elements
             return (
-                None if any(isinstance(e, cst.StarredElement) for e in only.elements) else len(only.elements)
+                None
+                if any(isinstance(e, cst.StarredElement) for e in elements)
+                else [e.value for e in elements]
             )
-        if _number(only):
-            return 1
+        if number(only):
+            return [only]
         return None  # `x.view(shape)`, `x.view(torch.float16)`
-    return len(args) or None
+    return [a.value for a in args] or None
 
 
 _EINOPS_AXIS = re.compile(r"\([^()]*\)?|\.\.\.|[^\s().]+|\.")
@@ -466,7 +449,7 @@ def _indexed(subscript: cst.Subscript) -> int | None:
         if not isinstance(index, cst.Index):
             return None
         value = index.value
-        if _number(value):
+        if number(value):
             change -= 1
         elif isinstance(value, cst.Name) and value.value == "None":
             change += 1

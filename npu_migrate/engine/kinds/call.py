@@ -14,13 +14,21 @@ from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replac
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, mappings, passed
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
-from npu_migrate.engine.kinds.fields import RANKS, ArgCondition, QualifiedNames, Strict, rank_guard
+from npu_migrate.engine.kinds.fields import (
+    RANKS,
+    ArgCondition,
+    QualifiedNames,
+    Strict,
+    head_dim_guard,
+    rank_guard,
+)
 from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import Pattern, code_of, fill
-from npu_migrate.engine.ranks import Ranks, held_for_rank
+from npu_migrate.engine.ranks import Ranks
 from npu_migrate.engine.reasons import FUSED_BRANCH_NEVER_RUNS
 from npu_migrate.engine.regions import CALLED, Anchors, Token
+from npu_migrate.engine.shape_guard import held_for_shape
 from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
 
@@ -53,6 +61,7 @@ class CallMatch(Strict):
         "is left alone (what a fix `fused if $attn_mask is None else <the call>` writes).",
     )
     rank: RANKS = rank_guard("Parameters")
+    head_dim: list[str] = head_dim_guard("Parameters")
     fused_when_none: list[str] = Field(
         default_factory=list,
         description="Parameters whose None the fix's template tests to take the fused branch "
@@ -80,7 +89,7 @@ class CallMatcher(Matcher):
             fixed, imports = self._fixed(rule, match, qualified, original, updated)
             held = None
             if fixed is not None:
-                held = self._unproven_rank(match, original) or self._never_none(match, original)
+                held = self._unproven_shape(match, original) or self._never_none(match, original)
             candidates.append(Candidate(rule, fixed, imports, specificity=specificity, held=held))
         return candidates
 
@@ -94,10 +103,11 @@ class CallMatcher(Matcher):
             for test in match.unless_fallback_of
         )
 
-    def _unproven_rank(self, match: CallMatch, original: cst.Call) -> Hold | None:
-        if not match.rank:
+    def _unproven_shape(self, match: CallMatch, original: cst.Call) -> Hold | None:
+        if not match.rank and not match.head_dim:
             return None
-        return held_for_rank(self.ctx, match.rank, passed(original, match.rank, match.signature))
+        values = passed(original, {*match.rank, *match.head_dim}, match.signature)
+        return held_for_shape(self.ctx, match.rank, values, match.head_dim)
 
     def _never_none(self, match: CallMatch, original: cst.Call) -> Hold | None:
         functions, at = self.ctx.facts.functions, self.ctx.facts.line

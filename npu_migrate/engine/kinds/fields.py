@@ -63,6 +63,16 @@ def rank_guard(names: str) -> Any:
     )
 
 
+def head_dim_guard(names: str) -> Any:
+    """The `head_dim:` field of a match kind, for its `names` (parameters, metavariables)."""
+    return Field(
+        default_factory=list,
+        description=f"{names} whose last axis a fused attention operator reads as the head dim (at "
+        "most 768): where the code shows another axis there (channel attention transposes the "
+        "tokens last) or a literal over 768, the fix is held (engine.axes).",
+    )
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

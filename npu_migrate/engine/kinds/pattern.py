@@ -18,8 +18,8 @@ from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Mat
 from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
 from npu_migrate.engine.names import dotted_parts, is_docstring, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
-from npu_migrate.engine.ranks import held_for_rank
 from npu_migrate.engine.regions import Anchors
+from npu_migrate.engine.shape_guard import held_for_shape
 from npu_migrate.prefilter import Prefilter
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class PatternMatcher(Matcher):
         if not match.rank:
             return None
         values = {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank if name in bindings}
-        return held_for_rank(self.ctx, match.rank, values)
+        return held_for_shape(self.ctx, match.rank, values)
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
         """Checks the pattern's guards (hoisted metavariables count as the plain names they become)."""

@@ -19,13 +19,13 @@ from pydantic import AfterValidator, Field, model_validator
 from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
+from npu_migrate.engine.kinds.fields import RANKS, Strict, head_dim_guard, rank_guard
 from npu_migrate.engine.kinds.pattern import assigned_names, parses
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
-from npu_migrate.engine.ranks import unproven_rank
 from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN, READ_ELSEWHERE
 from npu_migrate.engine.regions import Anchors, Token
+from npu_migrate.engine.shape_guard import unproven_shape
 from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter
 
@@ -80,6 +80,7 @@ class StatementsMatch(Strict):
         default_factory=list, description="Metavariables that must match a plain name or attribute chain."
     )
     rank: RANKS = rank_guard("Metavariables")
+    head_dim: list[str] = head_dim_guard("Metavariables")
     instance_of: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Metavariables matching an attribute (`self.attn_drop`) that the file must bind "
@@ -89,7 +90,7 @@ class StatementsMatch(Strict):
     @model_validator(mode="after")
     def _guards_name_metavariables(self) -> StatementsMatch:
         bound = set(METAVARIABLE.findall(" ".join(_sources(self))))
-        for guard in ("simple", "rank", "instance_of"):
+        for guard in ("simple", "rank", "head_dim", "instance_of"):
             unknown = set(getattr(self, guard)) - bound
             if unknown:
                 raise ValueError(
@@ -208,12 +209,13 @@ class StatementsMatcher(Matcher):
         if fixed is None:
             return None
         fixed_reader, needed = fixed
-        held = self._chain_read(removed, reader, into) or unproven_rank(
+        held = self._chain_read(removed, reader, into) or unproven_shape(
             self.ctx.facts.functions[-1],
             removed[0],
             match.rank,
-            {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank},
+            {name: cast(cst.BaseExpression, bindings[name]) for name in {*match.rank, *match.head_dim}},
             self.ctx.module,
+            head_dim=match.head_dim,
         )
         instance_of = tuple(
             (parts[-1], tuple(classes))
