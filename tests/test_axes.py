@@ -8,7 +8,7 @@ import pytest
 
 from npu_migrate.engine.axes import Axes, head_dim_held
 from npu_migrate.engine.patterns import code_of
-from npu_migrate.engine.ranks import Ranks
+from npu_migrate.engine.ranks import Ranks, spelled_sizes
 
 FORWARD = """
 def forward(self, x, given):
@@ -25,6 +25,8 @@ def forward(self, x, given):
     xn = torch.nn.functional.normalize(xq, dim=-1)
     swapped = hf.transpose(-2, -1)
     wide = x.view(B, N, 2, 1024).transpose(1, 2)
+    # timm's Visformer: channels first, the head dim before the tokens, permuted last
+    vq, vk, vv = self.qkv(x).reshape(B, 3, self.num_heads, self.head_dim, -1).permute(1, 0, 2, 4, 3).unbind(0)
     passed = given
     either = hf
     if self.flip:
@@ -50,6 +52,7 @@ def _shapes() -> tuple[Axes, cst.Module]:
         ("xn", "N", (1, 5)),  # XCiT: the tokens, through normalize
         ("swapped", "-1", (1, 4)),  # transpose(-2, -1) moves the tokens last
         ("wide", "1024", (3, 4)),
+        ("vq", "self.head_dim", (3, 5)),
     ],
 )
 def test_the_last_axis_is_traced_to_the_size_that_spelled_it(
@@ -59,7 +62,7 @@ def test_the_last_axis_is_traced_to_the_size_that_spelled_it(
     shape = axes.of(cst.Name(name))
     assert shape is not None
     assert code_of(shape[-1].size, module) == last
-    assert (shape[-1].position, shape[-1].spelled) == position
+    assert shape[-1].position == position[0] and len(spelled_sizes(shape[-1].made_by) or []) == position[1]
 
 
 @pytest.mark.parametrize("name", ["passed", "either", "x"])
@@ -70,11 +73,16 @@ def test_an_axis_not_shown_is_unknown(name: str) -> None:
 
 
 def test_the_guard_holds_channel_attention_and_a_head_dim_over_the_limit_only() -> None:
+    """Visformer puts the head dim last from before the tokens: held neither for that."""
     axes, module = _shapes()
     held = {
         name: head_dim_held(axes.ranks, ["q"], {"q": cst.Name(name)}, module)
-        for name in ("q", "hf", "xn", "wide", "passed")
+        for name in ("q", "hf", "vq", "xn", "swapped", "wide", "passed")
     }
-    assert held["q"] is None and held["hf"] is None and held["passed"] is None
-    assert held["xn"] is not None and "`N` there, the size at position 2 of the 5" in held["xn"].why
+    assert held["q"] is None and held["hf"] is None and held["vq"] is None and held["passed"] is None
+    assert (
+        held["xn"] is not None
+        and "puts `N` last, not the size spelled after" in held["xn"].why
+    )
+    assert held["swapped"] is not None and "puts `-1` last" in held["swapped"].why
     assert held["wide"] is not None and "head dim is 1024, over the fused operator's 768" in held["wide"].why

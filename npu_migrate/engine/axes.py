@@ -24,12 +24,12 @@ _DEPTH = 12
 
 @dataclass(frozen=True)
 class Axis:
-    """An axis as the code spelled it: its size as written, at `position` of the `spelled`
-    sizes of the call that made the shape."""
+    """An axis as the code spelled it: its size as written, at `position` of the sizes the
+    `view`/`reshape` call `made_by` spelled."""
 
     size: cst.BaseExpression
     position: int
-    spelled: int
+    made_by: cst.Call
 
 
 Shape = tuple[Axis, ...]
@@ -70,7 +70,7 @@ class Axes:
         method = func.attr.value
         if method in ("view", "reshape"):
             sizes = spelled_sizes(call)
-            return tuple(Axis(s, i, len(sizes)) for i, s in enumerate(sizes)) if sizes else None
+            return tuple(Axis(s, i, call) for i, s in enumerate(sizes)) if sizes else None
         receiver = self.of(func.value, depth + 1, before)
         if receiver is None:
             return None
@@ -124,23 +124,23 @@ def _literal_axes(call: cst.Call, rank: int) -> list[int] | None:
 def head_dim_held(
     ranks: Ranks, names: Collection[str], values: dict[str, cst.BaseExpression], module: cst.Module
 ) -> Hold | None:
-    """Why the head dim of these attention inputs is not the operator's: the code moves an axis
-    other than the head split's last into the last place, or spells a head dim over 768."""
+    """Why these (B, N, S, D) attention inputs' last axis is not the head dim: the shape that
+    split the heads spelled the head dim right after the head count (`C // heads` after
+    `heads`), and the code puts another of its sizes last (channel attention: the tokens); or
+    a head dim spelled over 768."""
     axes = Axes(ranks)
     for name in names:
-        if name not in values:
+        shape = axes.of(values[name]) if name in values else None
+        if not shape or len(shape) != 4:
             continue
-        shape = axes.of(values[name])
-        if not shape:
-            continue
-        last, code = shape[-1], code_of(values[name], module)
+        heads, last, code = shape[1], shape[-1], code_of(values[name], module)
         size = code_of(last.size, module)
-        if last.position != last.spelled - 1:
+        if heads.made_by is last.made_by and last.position != heads.position + 1:
             return Hold(
                 OPERATOR_LIMIT_UNPROVEN,
-                f"the fused operator reads `{code}`'s last axis as the head dim (at most {MAX_HEAD_DIM}); "
-                f"the code puts `{size}` there, the size at position {last.position + 1} of the "
-                f"{last.spelled} its shape spells, not the head split's last (channel attention)",
+                f"the fused operator reads `{code}` as (B, N, S, D), with D at most {MAX_HEAD_DIM}; the "
+                f"code puts `{size}` last, not the size spelled after the head count "
+                f"`{code_of(heads.size, module)}` where the heads are split (channel attention)",
             )
         if isinstance(last.size, cst.Integer) and int(last.size.value) > MAX_HEAD_DIM:
             return Hold(
