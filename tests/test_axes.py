@@ -80,9 +80,6 @@ def test_the_guard_holds_channel_attention_and_a_head_dim_over_the_limit_only() 
         for name in ("q", "hf", "vq", "xn", "swapped", "wide", "passed")
     }
     assert held["q"] is None and held["hf"] is None and held["vq"] is None and held["passed"] is None
-    assert (
-        held["xn"] is not None
-        and "puts `N` last, not the size spelled after" in held["xn"].why
-    )
+    assert held["xn"] is not None and "puts `N` last, not the size spelled after" in held["xn"].why
     assert held["swapped"] is not None and "puts `-1` last" in held["swapped"].why
     assert held["wide"] is not None and "head dim is 1024, over the fused operator's 768" in held["wide"].why
