@@ -25,6 +25,7 @@ def forward(self, x, given):
     xn = torch.nn.functional.normalize(xq, dim=-1)
     swapped = hf.transpose(-2, -1)
     wide = x.view(B, N, 2, 1024).transpose(1, 2)
+    direct = x.view(B, 4, N, 16)  # already (B, H, S, D)
     # timm's Visformer: channels first, the head dim before the tokens, permuted last
     vq, vk, vv = self.qkv(x).reshape(B, 3, self.num_heads, self.head_dim, -1).permute(1, 0, 2, 4, 3).unbind(0)
     passed = given
@@ -73,13 +74,14 @@ def test_an_axis_not_shown_is_unknown(name: str) -> None:
 
 
 def test_the_guard_holds_channel_attention_and_a_head_dim_over_the_limit_only() -> None:
-    """Visformer puts the head dim last from before the tokens: held neither for that."""
+    """Visformer spells the head dim before the tokens and a direct view spells (B, H, S, D):
+    neither is held."""
     axes, module = _shapes()
     held = {
         name: head_dim_held(axes.ranks, ["q"], {"q": cst.Name(name)}, module)
-        for name in ("q", "hf", "vq", "xn", "swapped", "wide", "passed")
+        for name in ("q", "hf", "vq", "direct", "xn", "swapped", "wide", "passed")
     }
-    assert held["q"] is None and held["hf"] is None and held["vq"] is None and held["passed"] is None
-    assert held["xn"] is not None and "puts `N` last, not the size spelled after" in held["xn"].why
+    assert [n for n in ("q", "hf", "vq", "direct", "passed") if held[n] is not None] == []
+    assert held["xn"] is not None and "puts `N` last, a size spelled before the head count" in held["xn"].why
     assert held["swapped"] is not None and "puts `-1` last" in held["swapped"].why
     assert held["wide"] is not None and "head dim is 1024, over the fused operator's 768" in held["wide"].why

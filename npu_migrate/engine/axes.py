@@ -124,10 +124,10 @@ def _literal_axes(call: cst.Call, rank: int) -> list[int] | None:
 def head_dim_held(
     ranks: Ranks, names: Collection[str], values: dict[str, cst.BaseExpression], module: cst.Module
 ) -> Hold | None:
-    """Why these (B, N, S, D) attention inputs' last axis is not the head dim: the shape that
-    split the heads spelled the head dim right after the head count (`C // heads` after
-    `heads`), and the code puts another of its sizes last (channel attention: the tokens); or
-    a head dim spelled over 768."""
+    """Why these (B, N, S, D) attention inputs' last axis is not the head dim: the head dim is
+    split from the channels with the head count before it (`(B, S, H, D)`, `(B, 3, H, D, S)`),
+    so a size the shape spelled before the head count (the batch, the tokens) moved last is not
+    it (channel attention); or a head dim spelled over 768."""
     axes = Axes(ranks)
     for name in names:
         shape = axes.of(values[name]) if name in values else None
@@ -135,12 +135,13 @@ def head_dim_held(
             continue
         heads, last, code = shape[1], shape[-1], code_of(values[name], module)
         size = code_of(last.size, module)
-        if heads.made_by is last.made_by and last.position != heads.position + 1:
+        if heads.made_by is last.made_by and last.position < heads.position:
             return Hold(
                 OPERATOR_LIMIT_UNPROVEN,
                 f"the fused operator reads `{code}` as (B, N, S, D), with D at most {MAX_HEAD_DIM}; the "
-                f"code puts `{size}` last, not the size spelled after the head count "
-                f"`{code_of(heads.size, module)}` where the heads are split (channel attention)",
+                f"code puts `{size}` last, a size spelled before the head count "
+                f"`{code_of(heads.size, module)}`, not the head dim split from the channels (channel "
+                "attention)",
             )
         if isinstance(last.size, cst.Integer) and int(last.size.value) > MAX_HEAD_DIM:
             return Hold(

@@ -42,6 +42,12 @@ class NameMatch(Strict):
     name: QualifiedNames = Field(
         description="Qualified names resolved through imports; 'a.b.*' matches everything under a.b."
     )
+    as_value: bool = Field(
+        default=False,
+        description="Only where the name is a value an assignment binds, not called or imported: "
+        "a class chosen in one place and built in another (`optimizer_cls = torch.optim.AdamW`, "
+        "through a conditional expression, a dict's values, a tuple's or list's elements).",
+    )
 
 
 class NameMatcher(Matcher):
@@ -51,6 +57,7 @@ class NameMatcher(Matcher):
         super().__init__(ctx, kind)
         self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}  # reference -> (parts, qualified)
         self.targets: set[cst.SimpleString] = set()  # mock targets some rule's name is
+        self.chosen: set[cst.CSTNode] = set()  # references that are a value an assignment binds
 
     # ------------------------------------------------------------ references
 
@@ -62,6 +69,13 @@ class NameMatcher(Matcher):
         parts = self.ctx.facts.chains.get(node)
         if parts is not None:
             self._note(node, parts)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.chosen.update(_bound_values(node.value))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.chosen.update(_bound_values(node.value))
 
     def visit_Call(self, node: cst.Call) -> None:
         target = _patch_target(self.ctx, node)
@@ -110,8 +124,9 @@ class NameMatcher(Matcher):
         if noted is None:
             return []
         parts, qualified = noted
-        ranked = [self._fixed(c, parts, qualified, updated) for c in self.kind.ranked(qualified)]
-        if ranked[0] is None:
+        found = self.kind.ranked(qualified, chosen=original in self.chosen)
+        ranked = [self._fixed(c, parts, qualified, updated) for c in found]
+        if not ranked or ranked[0] is None:
             return []  # the best rule's rename is carried by the file's import (and its finding)
         return [c for c in ranked if c is not None]
 
@@ -219,11 +234,13 @@ class NameKind(Kind[NameMatch]):
         for _, match in self.entries:
             anchors.rule([Token.name(pattern) for pattern in match.name])
 
-    def ranked(self, qualified: str, whole: bool = False) -> list[Candidate]:
-        """Report-only candidates for every rule on `qualified`, best first."""
+    def ranked(self, qualified: str, whole: bool = False, chosen: bool = False) -> list[Candidate]:
+        """Report-only candidates for every rule on `qualified`, best first; `as_value` rules
+        only where the reference is `chosen` (a value an assignment binds)."""
         found = [
             Candidate(rule, None, part=qualified, specificity=s)
             for rule, s in self.table.rules_for(qualified, whole)
+            if chosen or not cast(NameMatch, rule.match).as_value
         ]
         return sorted(found, key=cmp_to_key(compare))
 
@@ -274,3 +291,15 @@ def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.Im
         # `import torch_npu.npu` would bind only `torch_npu` (ultralytics' utils/benchmarks.py).
         path = new.split(".")[0]
     return alias.with_changes(name=cst.parse_expression(path))
+
+
+def _bound_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The expressions an assignment's value binds as they are: itself, a conditional
+    expression's branches, a dict's values, a tuple's or list's elements."""
+    if isinstance(value, cst.IfExp):
+        return [*_bound_values(value.body), *_bound_values(value.orelse)]
+    if isinstance(value, cst.Dict):
+        return [v for e in value.elements if isinstance(e, cst.DictElement) for v in _bound_values(e.value)]
+    if isinstance(value, cst.Tuple | cst.List):
+        return [v for e in value.elements for v in _bound_values(e.value)]
+    return [value]
