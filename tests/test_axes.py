@@ -17,6 +17,7 @@ def forward(self, x, given):
     qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)
     first = qkv[0]
+    dq, dk, dv = qkv[0], qkv[1], qkv[2]  # DINO's
     # diffusers' processors: view, then heads before tokens
     hf = self.to_q(x).view(B, -1, self.heads, self.head_dim).transpose(1, 2).contiguous()
     scaled = hf * 0.125
@@ -48,6 +49,7 @@ def _shapes() -> tuple[Axes, cst.Module]:
     [
         ("q", "C // self.num_heads", (4, 5)),  # permute(2, 0, 3, 1, 4) keeps the head split last
         ("first", "C // self.num_heads", (4, 5)),  # qkv[0]
+        ("dk", "C // self.num_heads", (4, 5)),  # a tuple's element
         ("hf", "self.head_dim", (3, 4)),  # transpose(1, 2) leaves the last axis alone
         ("scaled", "self.head_dim", (3, 4)),  # times a number
         ("xn", "N", (1, 5)),  # XCiT: the tokens, through normalize

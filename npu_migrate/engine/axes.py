@@ -92,6 +92,13 @@ class Axes:
             return None
         if binding.index is None:
             return self.of(value, depth, before)
+        if isinstance(value, cst.Tuple | cst.List):  # q, k, v = qkv[0], qkv[1], qkv[2]
+            element = value.elements[binding.index] if binding.index < len(value.elements) else None
+            return (
+                None
+                if element is None or isinstance(element, cst.StarredElement)
+                else self.of(element.value, depth, before)
+            )
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
             receiver = self.of(value.func.value, depth, before)
             if (

@@ -46,7 +46,7 @@ class NameMatch(Strict):
         default=False,
         description="Only where the name is a value an assignment binds, not called or imported: "
         "a class chosen in one place and built in another (`optimizer_cls = torch.optim.AdamW`, "
-        "through a conditional expression, a dict's values, a tuple's or list's elements).",
+        "through a conditional expression, or a registry dict's values).",
     )
 
 
@@ -294,12 +294,12 @@ def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.Im
 
 
 def _bound_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The expressions an assignment's value binds as they are: itself, a conditional
-    expression's branches, a dict's values, a tuple's or list's elements."""
+    """The expressions an assignment's value binds as they are, to be used as themselves: the
+    value, a conditional expression's branches, a registry dict's values. Not a list's or a
+    tuple's elements: a list of classes is most often what a type is checked against
+    (DeepSpeed's ZERO_SUPPORTED_OPTIMIZERS), a tuple a test's parameters."""
     if isinstance(value, cst.IfExp):
         return [*_bound_values(value.body), *_bound_values(value.orelse)]
     if isinstance(value, cst.Dict):
         return [v for e in value.elements if isinstance(e, cst.DictElement) for v in _bound_values(e.value)]
-    if isinstance(value, cst.Tuple | cst.List):
-        return [v for e in value.elements for v in _bound_values(e.value)]
     return [value]
