@@ -68,6 +68,18 @@ def small_statements(body: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseSmal
         yield statement
 
 
+def method_of(module: cst.Module, function: cst.FunctionDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` of the top-level class that defines `function` as a method: what
+    `self.name(...)` calls there (unless an instance or a subclass replaces it)."""
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock):
+            body = statement.body.body
+            if any(s is function for s in body):
+                methods = (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name)
+                return next(methods, None)
+    return None
+
+
 def is_docstring(statement: cst.BaseStatement) -> bool:
     """A statement line that is only a string literal (a module's or a function's docstring)."""
     return (

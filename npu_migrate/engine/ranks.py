@@ -21,7 +21,7 @@ from typing import cast
 import libcst as cst
 
 from npu_migrate.engine.holds import subtree
-from npu_migrate.engine.names import dotted_parts
+from npu_migrate.engine.names import dotted_parts, method_of
 
 # Methods that give a tensor of their receiver's rank, and functions that give their first
 # argument's.
@@ -121,7 +121,7 @@ class Ranks:
     def _returns_values(self, method: str, depth: int) -> bool:
         """Whether the method `method` of this function's class (in the file) returns a value
         that is never None on every `return`, and returns at all."""
-        found = _sibling_method(self.callers, self.function, method) if self.callers is not None else None
+        found = method_of(self.callers, self.function, method) if self.callers is not None else None
         if found is None:
             return False
         returns = [n for n in subtree(found.body) if isinstance(n, cst.Return)]
@@ -318,17 +318,6 @@ def _calls_of(
     for statement in module.body:
         walk(statement, None, None)
     return (method, found) if referred == len(found) else None
-
-
-def _sibling_method(module: cst.Module, function: cst.FunctionDef, name: str) -> cst.FunctionDef | None:
-    """The method `name` of the top-level class that defines `function` as a method."""
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef):
-            body = cast(cst.IndentedBlock, statement.body).body
-            if any(s is function for s in body):
-                methods = (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name)
-                return next(methods, None)
-    return None
 
 
 def _statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:

@@ -245,6 +245,16 @@ CASES = {
         "    return torch_npu.npu_geglu(h_gate, dim=-1, approximate=0)[0]",
         lambda: [randn(3, 5, 8), randn(8, 12)],
     ),
+    "NPU958-geglu-method": (  # diffusers' GEGLU (models/attention.py, 0.21): its own gelu method
+        "class GEGLU:\n    def __init__(self, w):\n        self.w = w\n\n"
+        "    def gelu(self, gate):\n        if gate.device.type != \"mps\":\n            return F.gelu(gate)\n"
+        "        return F.gelu(gate.to(dtype=torch.float32)).to(dtype=gate.dtype)\n\n"
+        "    def forward(self, x):\n        h, gate = torch.matmul(x, self.w).chunk(2, dim=-1)\n"
+        "        return h * self.gelu(gate)\n\n\n"
+        "def f(x, w):\n    return GEGLU(w).forward(x)\n",
+        "        return torch_npu.npu_geglu(h_gate, dim=-1, approximate=0)[0]",
+        lambda: [randn(3, 5, 8), randn(8, 12)],
+    ),
     "NPU904-rms-norm": (
         "def f(x, w):\n    return F.rms_norm(x, (x.shape[-1],), w, 1e-5)\n",
         "npu_rms_norm(x, w, epsilon=1e-5)",

@@ -16,7 +16,7 @@ from npu_migrate.engine.fixes import framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
-from npu_migrate.engine.names import dotted_parts, is_docstring, statement_lines
+from npu_migrate.engine.names import dotted_parts, is_docstring, method_of, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.engine.shape_guard import held_for_shape
@@ -57,9 +57,10 @@ class PatternMatch(Strict):
     defines: dict[str, list[list[Annotated[str, AfterValidator(parses)]]]] = Field(
         default_factory=dict,
         description="Functions the pattern calls by name that the file must define at its top level "
-        "with a body (its docstring aside) of one of these forms, statement by statement, their "
+        "(`self.NAME`: a method of the class the match is in) with a body (its docstring aside) of "
+        "one of these forms, statement by statement (an `if` statement as a whole), their "
         "metavariables bound within the form: what the call computes is read from its definition "
-        "(a `rotate_half` that rotates halves, not pairs).",
+        "(a `rotate_half` that rotates halves, not pairs; diffusers' GEGLU `gelu` method).",
     )
     hoist: dict[str, str] = Field(
         default_factory=dict,
@@ -132,13 +133,19 @@ class PatternMatcher(Matcher):
         ) and all(self._defined_as(name, forms) for name, forms in match.defines.items())
 
     def _defined_as(self, name: str, forms: list[list[str]]) -> bool:
-        """Whether the file defines `name` at its top level with a body of one of `forms`."""
-        function = next(
-            (s for s in self.ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None
-        )
-        if function is None or not isinstance(function.body, cst.IndentedBlock):
+        """Whether the file defines `name` at its top level (`self.NAME`: as a method of the class
+        the match is in) with a body of one of `forms`."""
+        functions = self.ctx.facts.functions
+        if name.startswith("self."):
+            found = method_of(self.ctx.module, functions[-1], name[5:]) if functions else None
+        else:
+            tops = (
+                s for s in self.ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name
+            )
+            found = next(tops, None)
+        if found is None or not isinstance(found.body, cst.IndentedBlock):
             return False
-        body = list(function.body.body)
+        body = list(found.body.body)
         if body and is_docstring(body[0]):
             body = body[1:]
         return any(self._body_is(body, form) for form in forms)
@@ -148,9 +155,13 @@ class PatternMatcher(Matcher):
             return False
         bindings: dict[str, cst.CSTNode] | None = {}
         for statement, source in zip(body, form, strict=True):
-            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-                return False
-            bindings = Pattern.compile(source).match(statement.body[0], self.ctx.table.qualify, bindings)
+            if isinstance(statement, cst.SimpleStatementLine):
+                if len(statement.body) != 1:
+                    return False
+                node: cst.CSTNode = statement.body[0]
+            else:
+                node = statement  # a compound statement, matched whole
+            bindings = Pattern.compile(source).match(node, self.ctx.table.qualify, bindings)
             if bindings is None:
                 return False
         return True
@@ -260,7 +271,7 @@ class PatternKind(Kind[PatternMatch]):
                 *pattern.anchors(),
                 function=bool(match.assigned or match.rank or match.defines)
                 or pattern.root_type is cst.FunctionDef,
-                whole=bool(match.rank),
+                whole=bool(match.rank) or any(name.startswith("self.") for name in match.defines),
             )
 
 
