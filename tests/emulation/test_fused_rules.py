@@ -247,7 +247,8 @@ CASES = {
     ),
     "NPU958-geglu-method": (  # diffusers' GEGLU (models/attention.py, 0.21): its own gelu method
         "class GEGLU:\n    def __init__(self, w):\n        self.w = w\n\n"
-        "    def gelu(self, gate):\n        if gate.device.type != \"mps\":\n            return F.gelu(gate)\n"
+        '    def gelu(self, gate):\n        if gate.device.type != "mps":\n'
+        "            return F.gelu(gate)\n"
         "        return F.gelu(gate.to(dtype=torch.float32)).to(dtype=gate.dtype)\n\n"
         "    def forward(self, x):\n        h, gate = torch.matmul(x, self.w).chunk(2, dim=-1)\n"
         "        return h * self.gelu(gate)\n\n\n"
