@@ -159,3 +159,36 @@ def test_a_statements_step_over_a_branch_is_for_reports_only() -> None:
         rule(match=match, fix={"template": "fused($Q, $K, $V)"})
     with pytest.raises(ValueError, match="a `pattern` or an `if_test`"):
         rule(applicability="manual", match={"statements": [{"optional": True}], "into": "x"})
+
+
+def test_a_call_template_passes_a_keyword_mapping_on_only_where_nothing_stands_for_absence() -> None:
+    """`passes_mapping`: `**opt_args` goes last into the new call; a template with `defaults` is
+    not filled, since the mapping may or may not carry what a default stands for; `*args` never."""
+    base = {
+        "call": ["apex.optimizers.FusedSGD"],
+        "signature": ["params", "lr", "momentum"],
+        "strict": True,
+        "passes_mapping": True,
+        "args": {"lr": {"present": True}},
+    }
+    template = "torch.optim.SGD($params, lr=$lr, momentum=$momentum, fused=True)"
+    passed_on = rule(match=base, fix={"template": template}, examples=[{"before": "a", "after": "b"}])
+    code = "import apex\nopt = apex.optimizers.FusedSGD(ps, momentum=0.9, **opt_args)\n"
+    assert apply(passed_on, code).splitlines()[-1] == (
+        "opt = torch.optim.SGD(ps, momentum=0.9, fused=True, **opt_args)"
+    )
+    assert apply(passed_on, "import apex\nopt = apex.optimizers.FusedSGD(*groups, **opt_args)\n").endswith(
+        "FusedSGD(*groups, **opt_args)\n"
+    )
+    defaulted = rule(
+        match=base,
+        fix={"template": template, "defaults": {"momentum": "0.0"}},
+        examples=[{"before": "a", "after": "b"}],
+    )
+    assert apply(defaulted, code) == code
+    strict = rule(
+        match={**base, "passes_mapping": False},
+        fix={"template": template},
+        examples=[{"before": "a", "after": "b"}],
+    )
+    assert apply(strict, code) == code  # without it, a mapping keeps the call as it is

@@ -150,7 +150,8 @@ class CallMatcher(Matcher):
             except ValueError:
                 return None, ()  # an argument the template needs is missing: report only
             if mapped:
-                assert isinstance(node, cst.Call)
+                if not isinstance(node, cst.Call):
+                    return None, ()  # nowhere to pass the mapping on: report only
                 node = node.with_changes(
                     args=(*node.args, *(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in mapped))
                 )
@@ -197,5 +198,5 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            reads_function = bool(match.rank or match.fused_when_none)
+            reads_function = bool(match.rank or match.head_dim or match.fused_when_none)
             anchors.rule(*alternatives, function=reads_function, whole=reads_function)
