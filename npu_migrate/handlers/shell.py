@@ -177,11 +177,16 @@ def _flag_lists(root: Any, data: bytes) -> Iterator[Site]:
                 continue  # the whole value is one word, and a word site already
             for word in words:
                 start, end = content.start_byte + word.start(), content.start_byte + word.end()
-                touches = (start == content.start_byte and content.prev_sibling.type != '"') or (
-                    end == content.end_byte and content.next_sibling.type != '"'
+                touches = (start == content.start_byte and _expanded(content.prev_sibling)) or (
+                    end == content.end_byte and _expanded(content.next_sibling)
                 )
                 if not touches and b"\\" not in word[0]:
                     yield Site("word", start, end, word[0].decode(errors="replace"))
+
+
+def _expanded(beside: Any) -> bool:
+    """Whether the node beside a string's text is an expansion (not the quote, nor nothing)."""
+    return beside is not None and beside.type != '"'
 
 
 def _unquoted_names(command: Any, data: bytes) -> Iterator[str]:
