@@ -33,6 +33,7 @@ from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
 
 if TYPE_CHECKING:
+    from npu_migrate.engine.context import FileContext
     from npu_migrate.rules.schema import Rule
 
 
@@ -62,6 +63,12 @@ class CallMatch(Strict):
     )
     rank: RANKS = rank_guard("Parameters")
     head_dim: list[str] = head_dim_guard("Parameters")
+    moved_by: list[str] = Field(
+        default_factory=list,
+        description="Methods that move a value to a device (`cuda`, `npu`): the call matches only "
+        "where its result is moved by one of them at once (`torch.zeros(3, dtype=torch.float64)"
+        ".cuda()`), what it makes being on the device as surely as with `device=`.",
+    )
     fused_when_none: list[str] = Field(
         default_factory=list,
         description="Parameters whose None the fix's template tests to take the fused branch "
@@ -73,6 +80,14 @@ class CallMatch(Strict):
 class CallMatcher(Matcher):
     kind: CallKind
 
+    def __init__(self, ctx: FileContext, kind: CallKind) -> None:
+        super().__init__(ctx, kind)
+        self.moved: dict[cst.Call, str] = {}  # a call whose result a method moves at once -> that method
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call):
+            self.moved[node.func.value] = node.func.attr.value
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
         qualified = callee(self.ctx, original)
         if qualified is None:
@@ -80,6 +95,8 @@ class CallMatcher(Matcher):
         candidates = []
         for rule, specificity in self.kind.table.rules_for(qualified):
             match = cast(CallMatch, rule.match)
+            if match.moved_by and self.moved.get(original) not in match.moved_by:
+                continue
             if match.strict and not fits(original, match.signature, match.passes_mapping):
                 continue
             if not conditions_hold(self.ctx, original, match.args, match.signature, match.passes_mapping):
