@@ -37,6 +37,15 @@ if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
 
+TORCH_DTYPES = frozenset(
+    f"torch.{name}"
+    for name in (
+        "float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
+        "int32", "int64", "long", "int", "uint8", "bool", "complex64", "complex128",
+    )
+)  # fmt: skip
+
+
 class CallMatch(Strict):
     call: QualifiedNames = Field(description="Qualified callee names, resolved through imports.")
     signature: list[str] = Field(default_factory=list, description="Positional parameter names.")
@@ -65,9 +74,10 @@ class CallMatch(Strict):
     head_dim: list[str] = head_dim_guard("Parameters")
     moved_by: list[str] = Field(
         default_factory=list,
-        description="Methods that move a value to a device (`cuda`, `npu`): the call matches only "
-        "where its result is moved by one of them at once (`torch.zeros(3, dtype=torch.float64)"
-        ".cuda()`), what it makes being on the device as surely as with `device=`.",
+        description="Methods that move a value to a device (`cuda`, `npu`, `to` naming a device, "
+        "not only a dtype): the call matches only where its result is moved by one of them at "
+        "once (`torch.zeros(3, dtype=torch.float64).cuda()`), what it makes being on the device "
+        "as surely as with `device=`.",
     )
     fused_when_none: list[str] = Field(
         default_factory=list,
@@ -86,7 +96,20 @@ class CallMatcher(Matcher):
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call):
-            self.moved[node.func.value] = node.func.attr.value
+            method = node.func.attr.value
+            if method != "to" or self._to_a_device(node):
+                self.moved[node.func.value] = method
+
+    def _to_a_device(self, call: cst.Call) -> bool:
+        """Whether a `.to(...)` names an accelerator (`.to(device)`, `.to("cuda")`, `device=`),
+        not only a dtype (`.to(torch.float32)`, `dtype=`) or the host (`.to("cpu")`)."""
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        if positional and isinstance(positional[0], cst.SimpleString):
+            return not str(positional[0].evaluated_value).startswith("cpu")
+        if positional:
+            parts = dotted_parts(positional[0])
+            return (self.ctx.table.qualify(parts) if parts else None) not in TORCH_DTYPES
+        return any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> list[Candidate]:
         qualified = callee(self.ctx, original)
