@@ -32,6 +32,7 @@ KEEPS_RANK = frozenset({
 })  # fmt: skip
 KEEPS_RANK_FUNCTIONS = frozenset({"normalize"})
 _SPELLED = frozenset({"view", "reshape", "permute"})  # the sizes (or the order) spelled out
+_TENSOR_RESULTS = KEEPS_RANK | _SPELLED | {"unsqueeze", "squeeze", "expand", "repeat"}  # never None
 _UNPACKED_KEEP = frozenset({"chunk", "split", "tensor_split"})  # each part keeps the rank
 _DEPTH = 12
 _HOPS = 3  # calls followed back from a parameter
@@ -104,7 +105,7 @@ class Ranks:
             )
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
             method = expression.func.attr.value
-            if method in KEEPS_RANK | _SPELLED | {"unsqueeze", "squeeze", "expand", "repeat"}:
+            if method in _TENSOR_RESULTS:
                 return True
             if isinstance(expression.func.value, cst.Name) and expression.func.value.value == "self":
                 return self._returns_values(method, depth)
@@ -131,20 +132,10 @@ class Ranks:
         )
 
     def _of_name(self, name: str, depth: int, before: int) -> int | None:
-        bindings = [b for b in self._bindings.get(name, []) if b.order < before]
-        ranks = []
-        for binding in reversed(bindings):
-            rank = self._of_binding(binding, depth + 1)
-            if rank is None:
-                return None
-            ranks.append(rank)
-            if not binding.conditional:
-                break
-        else:
-            if not bindings:
-                return self._of_parameter(name)
-            return None  # no binding that always runs: bound only in branches
-        return ranks[0] if len(set(ranks)) == 1 else None
+        if not any(b.order < before for b in self._bindings.get(name, [])):
+            return self._of_parameter(name)
+        ranks = {self._of_binding(b, depth + 1) for b in self.reaching(name, before)}
+        return ranks.pop() if len(ranks) == 1 else None  # none that always runs, or they disagree
 
     def _of_parameter(self, name: str) -> int | None:
         """The rank every call of this function in the file passes for parameter `name`."""
