@@ -9,7 +9,8 @@ transformers 4.30 and 4.46 (Hugging Face's LLMs before SDPA and with it, Qwen2-V
 0.21 (a Stable Diffusion pipeline's attention processors); and Ascend's own ports of public
 models (LLaMA-13B, MiniGPT-4, GPT-NeoX, GLM-10B, DINO, BEiT v2, Chinese-CLIP, diffusers 0.18's
 text-to-image training) from its ModelZoo at a pinned commit; and bowdpr, a retriever whose
-launch scripts choose transformers' optimizer (`--optim adamw_apex_fused`). Each is
+launch scripts choose transformers' optimizer (`--optim adamw_apex_fused`); and mamba_training,
+a LoRA fine-tune that asks TrainingArguments for it in Python (`optim='adamw_apex_fused'`). Each is
 scanned with the catalog (`scan --format json`). Prints, per source, the fused swaps made, held
 and reported, and the score products missed; then one line per fused rule: the fixes `apply
 --unsafe` would make, those held (by reason), the report-only findings, and the sources it
@@ -31,6 +32,7 @@ from npu_migrate.rules.load import load_rules
 from tests.sources import (
     BOWDPR,
     DIFFUSERS_0_21,
+    MAMBA_TRAINING,
     MODELZOO_PORTS,
     TRANSFORMERS_4_30,
     TRANSFORMERS_4_46,
@@ -46,6 +48,7 @@ PINNED: dict[str, Release | Snapshot] = {
     "diffusers-0.21.4": DIFFUSERS_0_21,
     "ascend-modelzoo-ports": MODELZOO_PORTS,
     "bowdpr": BOWDPR,
+    "mamba_training": MAMBA_TRAINING,
 }
 
 # A statement that computes attention scores as eager attention does (what a statements rule
@@ -119,7 +122,8 @@ def main() -> None:
             f"reported {reported[code]}; in {', '.join(sorted(where[code]))}"
         )
     silent = sorted(code for code in fused if code not in where)
-    print(f"{len(silent)} of {len(fused)} fused rules matched nothing: {', '.join(silent)}")
+    named = f": {', '.join(silent)}" if silent else ""
+    print(f"{len(silent)} of {len(fused)} fused rules matched nothing{named}")
     print(
         f"eager-attention score products no statements rule matched: {sum(missed.values())} ("
         + ", ".join(f"{name}: {n}" for name, n in missed.most_common() if n)

@@ -69,6 +69,9 @@ MODELS = [
           "timm_zoo.py", NEW_STACK, (("TIMM_FUSED_ATTN", "0"),)),
     Model("qwen2-vl-4.46", "Qwen2-VL (transformers 4.46): vision RoPE, mrope decoder, RMSNorm; eager",
           TRANSFORMERS_4_46, ".", ("transformers/models/qwen2_vl/",), "transformers_qwen2_vl.py", NEW_STACK),
+    Model("qwen2-vl-4.46-flash", "the same, vision attention by VisionFlashAttention2 (flash_attn_varlen)",
+          TRANSFORMERS_4_46, ".", ("transformers/models/qwen2_vl/",), "transformers_qwen2_vl.py", NEW_STACK,
+          (("QWEN2_VL_VISION_ATTN", "flash_attention_2"),)),
 ]  # fmt: skip
 
 

@@ -34,7 +34,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.pipeline import migrate_file
 from npu_migrate.rules.load import load_rules
 from npu_migrate.rules.testing import ALL_FIXES
-from tests.sources import BOWDPR, MODELZOO_PORTS
+from tests.sources import BOWDPR, MAMBA_TRAINING, MODELZOO_PORTS
 
 SLOW_S = 10.0  # a tenth of the per-file limit: a file this slow is a file that may one day hit it
 
@@ -146,7 +146,7 @@ def mirrors_asked() -> tuple[list[Path], argparse.Namespace]:
     parser.add_argument("--only", nargs="*", default=[])
     parser.add_argument("--jobs", default="2")
     args = parser.parse_args()
-    pinned = {s.repo.replace("/", "+") for s in (MODELZOO_PORTS, BOWDPR)}  # read at their pinned commits
+    pinned = {s.repo.replace("/", "+") for s in (MODELZOO_PORTS, BOWDPR, MAMBA_TRAINING)}  # at their pins
     found = [p for p in args.mirrors.iterdir() if (p / "repo" / "HEAD").is_file() and p.name not in pinned]
     mirrors = sorted(p / "repo" for p in found)
     return [m for m in mirrors if not args.only or m.parent.name in args.only], args

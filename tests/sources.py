@@ -118,6 +118,9 @@ MODELZOO_PORTS = Snapshot(  # Ascend's own ports of public models (benchmarks): 
 BOWDPR = Snapshot(  # a retriever's launch scripts pick transformers' optimizer by flag (benchmarks)
     "ma787639046/bowdpr", "5ebd6418c434e224228ebd0ea1fc24d5f1f05214"
 )
+MAMBA_TRAINING = Snapshot(  # a LoRA fine-tune asks TrainingArguments for apex's AdamW in Python
+    "rangehow/mamba_training", "0fde0c6f0382160c37f76fb83e15fd154eb3df9c"
+)
 TRANSFORMERS_4_30 = Release(  # Hugging Face before SDPA: LlamaAttention's eager attention (benchmarks)
     f"{FILES}/cf/33/b4b6f44f1d0ccf39de69de2fcbcb98847b42594c8d078e216f5369c1292e/transformers-4.30.2.tar.gz",
     "f4a8aac4e1baffab4033f4a345b0d7dc7957d12a4f1ba969afea08205a513045",
