@@ -127,7 +127,7 @@ class Ranks:
             return False
         returns = [n for n in subtree(found.body) if isinstance(n, cst.Return)]
         return bool(returns) and all(
-            r.value is not None and Ranks(found, _statement_of(found, r)).never_none(r.value, depth + 1)
+            r.value is not None and Ranks(found, statement_of(found, r)).never_none(r.value, depth + 1)
             for r in returns
         )
 
@@ -311,7 +311,13 @@ def _calls_of(
     return (method, found) if referred == len(found) else None
 
 
-def _statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
+def module_scope(module: cst.Module) -> cst.FunctionDef:
+    """A script's top level read as the body of a function without parameters, so that its
+    bindings are followed as a function's are (the statements are the module's own nodes)."""
+    return cst.FunctionDef(cst.Name("_"), cst.Parameters(), cst.IndentedBlock(body=module.body))
+
+
+def statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
     """The statement of `function`'s own body (at any depth of blocks) that holds `node`."""
     for statement in subtree(function.body):
         if isinstance(statement, cst.SimpleStatementLine) and _contains(statement, node):

@@ -11,6 +11,7 @@ import libcst as cst
 from pydantic import AfterValidator, Field
 
 from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replace_expression
+from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, mappings, passed
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
@@ -25,7 +26,7 @@ from npu_migrate.engine.kinds.fields import (
 from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import Pattern, code_of, fill
-from npu_migrate.engine.ranks import Ranks
+from npu_migrate.engine.ranks import Ranks, module_scope, statement_of
 from npu_migrate.engine.reasons import FUSED_BRANCH_NEVER_RUNS
 from npu_migrate.engine.regions import CALLED, Anchors, Token
 from npu_migrate.engine.shape_guard import held_for_shape
@@ -75,9 +76,11 @@ class CallMatch(Strict):
     moved_by: list[str] = Field(
         default_factory=list,
         description="Methods that move a value to a device (`cuda`, `npu`, `to` naming a device, "
-        "not only a dtype): the call matches only where its result is moved by one of them at "
-        "once (`torch.zeros(3, dtype=torch.float64).cuda()`), what it makes being on the device "
-        "as surely as with `device=`.",
+        "not only a dtype): the call matches only where its result is moved by one of them, at "
+        "once (`torch.zeros(3, dtype=torch.float64).cuda()`) or later through the name it is "
+        "assigned to, while that name still holds it (`acc = torch.zeros(...)`, then "
+        "`acc = acc.to(device)` in the same function or script), what it makes being on the "
+        "device as surely as with `device=`.",
     )
     fused_when_none: list[str] = Field(
         default_factory=list,
@@ -118,7 +121,7 @@ class CallMatcher(Matcher):
         candidates = []
         for rule, specificity in self.kind.table.rules_for(qualified):
             match = cast(CallMatch, rule.match)
-            if match.moved_by and self.moved.get(original) not in match.moved_by:
+            if match.moved_by and not self._moved(original, match.moved_by):
                 continue
             if match.strict and not fits(original, match.signature, match.passes_mapping):
                 continue
@@ -132,6 +135,34 @@ class CallMatcher(Matcher):
                 held = self._unproven_shape(match, original) or self._never_none(match, original)
             candidates.append(Candidate(rule, fixed, imports, specificity=specificity, held=held))
         return candidates
+
+    def _moved(self, original: cst.Call, methods: list[str]) -> bool:
+        """Whether one of `methods` moves the call's result to a device: at once, or later through
+        the name a plain assignment gives it, where that assignment is among the name's bindings
+        that reach the move (`acc = acc.float()` in between hides it)."""
+        if self.moved.get(original) in methods:
+            return True
+        line = self.ctx.facts.line
+        names = _assigned(line, original) if line is not None else []
+        if not names:
+            return False
+        target = names[0]
+        functions = self.ctx.facts.functions
+        scope = functions[-1] if functions else module_scope(self.ctx.module)
+        for node in subtree(scope.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value == target
+                and node.func.attr.value in methods
+                and (node.func.attr.value != "to" or self._to_a_device(node))
+            ):
+                continue
+            reaching = Ranks(scope, statement_of(scope, node)).reaching(target)
+            if any(binding.value is original for binding in reaching):
+                return True
+        return False
 
     def _already_fallback(self, match: CallMatch, original: cst.Call) -> bool:
         conditional = self.ctx.facts.fallback_of(original)
@@ -200,6 +231,17 @@ class CallMatcher(Matcher):
         return None, ()
 
 
+def _assigned(line: cst.SimpleStatementLine, value: cst.BaseExpression) -> list[str]:
+    """The plain names `line` assigns `value` to (`acc = value`, `acc: Tensor = value`)."""
+    names = []
+    for statement in line.body:
+        if isinstance(statement, cst.Assign) and statement.value is value:
+            names += [t.target.value for t in statement.targets if isinstance(t.target, cst.Name)]
+        elif isinstance(statement, cst.AnnAssign) and statement.value is value:
+            names += [statement.target.value] if isinstance(statement.target, cst.Name) else []
+    return names
+
+
 class CallKind(Kind[CallMatch]):
     key = "call"
     schema = CallMatch
@@ -230,7 +272,8 @@ class CallKind(Kind[CallMatch]):
     def anchor(self, anchors: Anchors) -> None:
         """A condition on an argument's string or name is spelled in every match, and is often
         rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A rank guard reads the
-        whole file: a parameter's rank is what every call of its function passes."""
+        whole file: a parameter's rank is what every call of its function passes; a move is looked
+        for through a name in the whole function or script."""
         for _, match in self.entries:
             alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
@@ -238,5 +281,5 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            reads_function = bool(match.rank or match.head_dim or match.fused_when_none)
+            reads_function = bool(match.rank or match.head_dim or match.fused_when_none or match.moved_by)
             anchors.rule(*alternatives, function=reads_function, whole=reads_function)
