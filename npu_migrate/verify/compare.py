@@ -15,7 +15,10 @@ from npu_migrate.verify.protocol import SideReport, Step
 # What reordering the same operations explains, by dtype: a few units in the last place of the
 # dtype, relative to each element plus the tensor's root-mean-square (so that elements near zero,
 # where a relative error means nothing, are judged against the tensor's scale).
-DTYPE_RTOL = {"float64": 1e-10, "float32": 1e-4, "float16": 2**-8, "bfloat16": 2**-6}
+DTYPE_RTOL = {
+    "float64": 1e-10, "float32": 1e-4, "float16": 2**-8, "bfloat16": 2**-6,
+    "complex128": 1e-10, "complex64": 1e-4,  # complex: the precision of their parts
+}  # fmt: skip
 # A step's gradients chain the forward's operations and their transposes: held to this many times
 # the tolerance of the least precise dtype the forward computed in.
 BACKWARD_FACTOR = 4
@@ -60,8 +63,20 @@ class Row:
     uninformative: bool = False  # the original is constant (all zeros, say): agreement proves little
 
 
-def _finite_mismatch(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool((~torch.isfinite(a)).any()) != bool((~torch.isfinite(b)).any())
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as one float64 (complex128 for a complex tensor) vector: complex values are
+    compared as complex numbers, not by their real part."""
+    flat = tensor.detach().flatten()
+    return flat.to(torch.complex128) if flat.is_complex() else flat.double()
+
+
+def _misplaced_specials(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where either side is NaN or infinite: the positions where both hold the same special value
+    (an additive -inf mask on both sides), and those where they do not (a mask off by one, or
+    NaN on one side only), which no tolerance excuses."""
+    special = ~(torch.isfinite(x) & torch.isfinite(y))
+    same = special & ((x == y) | (torch.isnan(x) & torch.isnan(y)))
+    return same, special & ~same
 
 
 def _dtype_name(tensor: torch.Tensor) -> str:
@@ -85,7 +100,7 @@ def compare_tensors(
     if a.shape != b.shape:
         return Row(key, module, dtype, list(a.shape), 0.0, math.inf, math.inf, math.inf, 0, 0, 0, False,
                    f"shape {tuple(a.shape)} vs {tuple(b.shape)}")  # fmt: skip
-    x, y = a.detach().double().flatten(), b.detach().double().flatten()
+    x, y = _flat(a), _flat(b)
     other_dtype = _dtype_name(b) if b.dtype != a.dtype else ""
     if not (x.is_floating_point() or a.is_complex()):
         exact = bool(torch.equal(x, y)) and not other_dtype
@@ -93,21 +108,28 @@ def compare_tensors(
         share = float(exact)
         return Row(key, module, dtype, list(a.shape), share, largest, 0.0, 0.0, share, share, share, exact,
                    f"dtype {dtype} vs {other_dtype}" if other_dtype else "", other_dtype)  # fmt: skip
-    nonfinite = _finite_mismatch(x, y)
-    x, y = torch.nan_to_num(x), torch.nan_to_num(y)
+    count = x.numel()
+    matched, misplaced = _misplaced_specials(x, y)
+    finite = ~(matched | misplaced)
+    uninformative = count > 1 and bool((x == x[0]).all())  # a scalar loss is not constant
+    x, y = x[finite], y[finite]  # the metrics read the finite values; specials are judged by position
     diff = (x - y).abs()
     norms = x.norm() * y.norm()
-    cosine = 1.0 if x.norm() == 0 and y.norm() == 0 else float((x @ y) / norms) if norms > 0 else 0.0
-    scale = (x.pow(2).mean().sqrt() if x.numel() else x.new_zeros(())).clamp_min(scale_floor)
+    both_zero = x.norm() == 0 and y.norm() == 0
+    cosine = 1.0 if both_zero else float(torch.vdot(x, y).real / norms) if norms > 0 else 0.0
+    scale = (x.abs().pow(2).mean().sqrt() if x.numel() else diff.new_zeros(())).clamp_min(scale_floor)
     relative = diff / (x.abs() + scale).clamp_min(torch.finfo(torch.float64).tiny)
     rtol = limits.dtype_rtol.get(dtype, DTYPE_RTOL["float32"])
-    count = x.numel()
+    specials_agree = int(matched.sum())
 
     def share_of(within: torch.Tensor) -> float:  # of no elements (all left out as noise): all agree
-        return float(within.sum()) / count if count else 1.0
+        return (float(within.sum()) + specials_agree) / count if count else 1.0
 
-    max_abs = float(diff.max()) if x.numel() else 0.0
-    notes = ["NaN/Inf on one side only"] if nonfinite else []
+    wrong_specials = int(misplaced.sum())
+    max_abs = math.inf if wrong_specials else float(diff.max()) if x.numel() else 0.0
+    notes = []
+    if wrong_specials:
+        notes.append(f"NaN/Inf at {wrong_specials} position(s) the other side does not match")
     if other_dtype:
         notes.append(f"dtype {dtype} vs {other_dtype}")
     row = Row(
@@ -117,7 +139,7 @@ def compare_tensors(
         shape=list(a.shape),
         cosine=cosine,
         max_abs=max_abs,
-        max_rel=float(relative.max()) if x.numel() else 0.0,
+        max_rel=math.inf if wrong_specials else float(relative.max()) if x.numel() else 0.0,
         rmse=float(diff.pow(2).mean().sqrt()) if x.numel() else 0.0,
         within_1e3=share_of(relative <= 1e-3),
         within_5e3=share_of(relative <= 5e-3),
@@ -125,7 +147,7 @@ def compare_tensors(
         passed=True,
         note="; ".join(notes),
         dtype_migrated=other_dtype,
-        uninformative=x.numel() > 1 and bool((x == x[0]).all()),  # a scalar loss is not constant
+        uninformative=uninformative,
     )
     if same_backing:
         failed = row.within_dtype_tol < limits.within_share
@@ -135,7 +157,7 @@ def compare_tensors(
             or cosine < limits.cosine_fail
             or max_abs > limits.abs_fail
         )
-    row.passed = not (failed or nonfinite or other_dtype)
+    row.passed = not (failed or wrong_specials or other_dtype)
     return row
 
 
@@ -258,7 +280,9 @@ def _blame(
     between its children. Hooks report a module when it returns, children first, so the first
     differing output may belong to a module that was merely handed a different input: then the
     difference arose in the code of an enclosing module, between its children, and the blame
-    goes up to the innermost enclosing module whose inputs agree."""
+    goes up to the innermost enclosing module that was called and whose inputs agree. Inputs are
+    compared as the outputs are: an additive -inf mask by the positions of its infinities, a
+    complex rotary table as complex numbers."""
     failing = next((r for r in rows if not r.passed), None)
     if failing is None:
         return None, ""
@@ -274,7 +298,7 @@ def _blame(
     child = module
     while "." in module:
         module = module.rsplit(".", 1)[0]
-        if agree.get(module, True):
+        if agree.get(module, False):  # a container never called (a ModuleList) runs no code of its own
             return module, f"in its own code: {child} is handed a different input"
     top = "(model)"
     return (

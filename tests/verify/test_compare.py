@@ -94,3 +94,30 @@ def test_fused_operator_calls_are_counted_where_migrated_code_looks_them_up(tmp_
         module.fast_gelu(2)
     assert calls.counts == {"npu_rms_norm": 3, "fast_gelu": 1}
     assert module.npu_rms_norm is original
+
+
+def test_infinities_are_compared_by_position() -> None:
+    """Meta's Llama adds a float mask of -inf above the diagonal: the same mask on both sides
+    agrees, one whose diagonal is off by one does not (as plain numbers the infinities overflow
+    the rms and every relative error reads 0)."""
+    mask = torch.triu(torch.full((8, 8), float("-inf")), diagonal=1)
+    off_by_one = torch.triu(torch.full((8, 8), float("-inf")), diagonal=2)
+    assert compare_tensors("mask", "m", mask, mask.clone(), Thresholds(), True).passed
+    row = compare_tensors("mask", "m", mask, off_by_one, Thresholds(), True)
+    assert not row.passed and "NaN/Inf at 7 position(s)" in row.note
+    assert row.within_dtype_tol == 1 - 7 / 64
+    assert not compare_tensors("mask", "m", mask, off_by_one, Thresholds(), False).passed  # msprobe's rule
+    nan_one_side = torch.ones(4)
+    nan_one_side[2] = float("nan")
+    assert not compare_tensors("x", "m", torch.ones(4), nan_one_side, Thresholds(), True).passed
+    assert compare_tensors("x", "m", nan_one_side, nan_one_side.clone(), Thresholds(), True).passed
+
+
+def test_complex_tensors_are_compared_as_complex_numbers() -> None:
+    """A rotary table from torch.polar, conjugated on one side, has the same real part."""
+    angles = torch.outer(torch.arange(8.0), torch.linspace(0.1, 1.0, 4))
+    table = torch.polar(torch.ones_like(angles), angles)
+    assert compare_tensors("freqs_cis", "m", table, table.clone(), Thresholds(), True).passed
+    row = compare_tensors("freqs_cis", "m", table, table.conj(), Thresholds(), True)
+    assert not row.passed and row.dtype == "complex64"
+    assert not compare_tensors("freqs_cis", "m", table, table.conj(), Thresholds(), False).passed

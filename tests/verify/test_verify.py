@@ -48,7 +48,7 @@ def pair(model: str, migrated: str) -> list[str | Path]:
     return ["--original", CASES / model / "original", "--migrated", CASES / model / migrated]
 
 
-@pytest.mark.parametrize("model", ["gpt", "cnn", "llama"])
+@pytest.mark.parametrize("model", ["gpt", "cnn", "llama", "meta_llama"])
 def test_a_correct_migration_passes(model: str, tmp_path: Path) -> None:
     code, data, output = verify(tmp_path, *pair(model, "migrated"))
     assert code == 0, output
@@ -329,6 +329,33 @@ def planted(tmp_path: Path, model: str, edits: dict[str, Edit | list[Edit]]) -> 
             text = text.replace(old, new)
         (tree / name).write_text(text)
     return tree
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(  # built in Transformer.forward and handed to every block
+            ("mask = torch.triu(mask, diagonal=1)", "mask = torch.triu(mask, diagonal=2)"),
+            id="mask-off-by-one",
+        ),
+        pytest.param(  # built in the model's __init__, sliced in its forward, handed to every block
+            ("torch.polar(torch.ones_like(freqs), freqs)", "torch.polar(torch.ones_like(freqs), -freqs)"),
+            id="rope-table-conjugated",
+        ),
+    ],
+)
+def test_a_mask_or_complex_table_made_wrong_by_the_model_is_blamed_on_the_model(
+    edit: Edit, tmp_path: Path
+) -> None:
+    """Meta's Llama form: an additive -inf mask and a complex rotary table, both made by the
+    top-level model and handed to its blocks. The blocks' inputs differ (the infinities'
+    positions; the table's imaginary part), so the blame is the model's own code, not the first
+    attention module that computes with them, nor the ModuleList that holds the blocks."""
+    tree = planted(tmp_path, "meta_llama", {"model.py": edit})
+    code, data, output = verify(tmp_path, "--original", CASES / "meta_llama" / "original", "--migrated", tree)
+    assert code == 1, output
+    assert data["first_divergence"] == "(model)", output
+    assert "in its own code: layers.0.attention.wo is handed a different input" in output
 
 
 @pytest.mark.parametrize(
