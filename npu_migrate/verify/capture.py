@@ -174,6 +174,21 @@ class RandomDraws(TorchDispatchMode):
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # npu_migrate: its frames are never the caller
+_TORCH = Path(torch.__file__).resolve().parent
+
+
+def caller_in(root: Path, frame: types.FrameType | None, past_torch: bool = False) -> str | None:
+    """The caller inside `root` that made a call (`path/in/tree.py:Class.method`), past verify's
+    own wrappers (NoDropout wraps the operators in steps) and, with `past_torch`, past torch's
+    own code (nn.Dropout's forward calls F.dropout); None where it came from outside the tree."""
+    skipped = (_PACKAGE, _TORCH) if past_torch else (_PACKAGE,)
+    while frame is not None and any(Path(frame.f_code.co_filename).is_relative_to(s) for s in skipped):
+        frame = frame.f_back
+    if frame is None or not Path(frame.f_code.co_filename).is_relative_to(root):
+        return None
+    code = frame.f_code
+    name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+ names the class too
+    return f"{Path(code.co_filename).relative_to(root).as_posix()}:{name}"
 
 
 class FusedCalls:
@@ -208,19 +223,9 @@ class FusedCalls:
     def _counted(self, name: str, operator: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.counts[name] += 1
-            site = self._site(sys._getframe(1))
+            site = caller_in(self.root, sys._getframe(1))
             if site:
                 self.sites[site] += 1
             return operator(*args, **kwargs)
 
         return counted
-
-    def _site(self, frame: types.FrameType | None) -> str | None:
-        """The caller past verify's own wrappers (NoDropout wraps the operators in steps)."""
-        while frame is not None and Path(frame.f_code.co_filename).is_relative_to(_PACKAGE):
-            frame = frame.f_back
-        if frame is None or not Path(frame.f_code.co_filename).is_relative_to(self.root):
-            return None
-        code = frame.f_code
-        name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+ names the class too
-        return f"{Path(code.co_filename).relative_to(self.root).as_posix()}:{name}"

@@ -261,6 +261,8 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
             bad["failed_state"] and bad["failed_state"][0]
         )
         problems.append(f"training diverges at step {bad['step']}" + (f", first at {first}" if first else ""))
+    if original.steps and migrated.steps:
+        problems += _dropout_asked(original.dropout, migrated.dropout)
     ratio = comparison.memory.get("peak_ratio")
     if limits.max_memory_ratio is not None and ratio is not None and ratio > limits.max_memory_ratio:
         problems.append(f"peak memory ratio {ratio:.2f} exceeds {limits.max_memory_ratio}")
@@ -306,6 +308,22 @@ def _blame(
         if agree.get(top, True)
         else (child, "")
     )
+
+
+def _dropout_asked(original: dict[str, list[float]], migrated: dict[str, list[float]]) -> list[str]:
+    """Where the two sides ask for different dropout probabilities in training, call site by call
+    site: steps run with dropout off, so a probability ported wrong (npu_fusion_attention's
+    `keep_prob=p` where it keeps 1 - p) changes no compared number."""
+
+    def asked(values: list[float] | None) -> str:
+        return "p=" + ", ".join(f"{p:g}" for p in values) if values else "no dropout"
+
+    return [
+        f"dropout asked for differs at {site}: the original {asked(original.get(site))}, the migrated "
+        f"{asked(migrated.get(site))} (npu_fusion_attention's keep_prob is the share kept, 1 - p)"
+        for site in sorted(set(original) | set(migrated))
+        if original.get(site) != migrated.get(site)
+    ]
 
 
 def _computed_in(limits: Thresholds, original: SideReport) -> tuple[Thresholds, str]:

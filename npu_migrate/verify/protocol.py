@@ -68,6 +68,7 @@ class SideReport:
     optimizer_bytes: int | None = None
     fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)
     fused_sites: dict[str, int] = field(default_factory=dict)  # `file:qualname` in the tree: fused calls
+    dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
 
     @property
     def where(self) -> str:

@@ -91,7 +91,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         console.print(
             f"  each step compares the loss, the gradients and {comparison.steps[0]['state_compared']} "
             "parameters, buffers and optimizer states; dropout is off on both sides (modules, "
-            "F.dropout, SDPA's dropout_p, npu_fusion_attention's keep_prob)"
+            "F.dropout, SDPA's dropout_p, npu_fusion_attention's keep_prob), and the probabilities "
+            "each call site asked for are compared instead"
         )
     if comparison.onnx is not None:
         _print_onnx(console, comparison)
@@ -145,12 +146,17 @@ def _print_onnx(console: Console, comparison: Any) -> None:
 def write_json(path: Path, result: Result) -> None:
     data = {
         "passed": result.comparison.passed,
-        "original": {"device": result.original.device, "emulated": result.original.emulated},
+        "original": {
+            "device": result.original.device,
+            "emulated": result.original.emulated,
+            "dropout": result.original.dropout,
+        },
         "migrated": {
             "device": result.migrated.device,
             "emulated": result.migrated.emulated,
             "fused_calls": result.migrated.fused_calls,
             "fused_sites": result.migrated.fused_sites,
+            "dropout": result.migrated.dropout,
         },
         **result.comparison.as_dict(),
     }

@@ -173,14 +173,6 @@ def _to(value: Any, device: Any) -> Any:
     return map_tensors(value, lambda tensor: tensor.to(device))
 
 
-def _no_dropout(model: Any) -> None:
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
-            module.p = 0.0
-
-
 def _memory(device: Any) -> Any:
     """Peak-memory readings: the device allocator where there is one, else live tensor bytes."""
     import torch
@@ -278,7 +270,6 @@ def _run(request: SideRequest) -> SideReport:
         inputs = _tensors_like(inputs, given["inputs"])
     model.to(device)
     inputs = _to(inputs, device)
-    _no_dropout(model)
     model.eval()
 
     with torch.no_grad():
@@ -307,11 +298,14 @@ def _run(request: SideRequest) -> SideReport:
         from npu_migrate.verify.onnx_check import onnx_report
 
         report.onnx = onnx_report(model, inputs)
-    report.steps = _train(model, inputs, parts, request.steps, report) if request.steps else []
+    root = Path(request.tree).resolve()
+    report.steps = _train(model, inputs, parts, request.steps, report, root) if request.steps else []
     return report
 
 
-def _train(model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: SideReport) -> list[Step]:
+def _train(
+    model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: SideReport, root: Path
+) -> list[Step]:
     import torch
 
     from npu_migrate.verify.capture import RandomDraws, nbytes
@@ -322,9 +316,10 @@ def _train(model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: S
     report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
     model.train()  # NoDropout turns the dropout modules off, with the functional kinds
     history = []
+    off = NoDropout(root)
     for _ in range(steps):
         start = time.perf_counter()
-        with NoDropout(), RandomDraws() as draws:
+        with off, RandomDraws() as draws:
             loss = parts["loss_fn"](call(model, inputs))
             optimizer.zero_grad()
             loss.backward()
@@ -347,6 +342,7 @@ def _train(model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: S
                 ms=(time.perf_counter() - start) * 1000,
             )
         )
+    report.dropout = {site: sorted(asked) for site, asked in sorted(off.requested.items())}
     report.optimizer_bytes = sum(
         nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
     )
@@ -386,7 +382,20 @@ def _argument_set(
 class NoDropout:
     """Dropout off for the comparison of training steps: dropout modules and functional dropout
     (both reach F.dropout and its kin), SDPA's dropout_p and npu_fusion_attention's keep_prob
-    draw random masks that differ between the sides."""
+    draw random masks that differ between the sides. What each call asked for is kept first, by
+    the caller in the tree (`requested`): p, and 1 - keep_prob, so a probability ported without
+    its complement (`keep_prob=p`) is seen although no mask is drawn."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.requested: dict[str, set[float]] = {}
+
+    def _asked(self, p: Any, training: Any = True) -> None:
+        from npu_migrate.verify.capture import caller_in
+
+        if training and float(p) > 0:
+            site = caller_in(self.root, sys._getframe(1), past_torch=True) or "(outside the tree)"
+            self.requested.setdefault(site, set()).add(round(float(p), 6))
 
     def __enter__(self) -> NoDropout:
         import torch
@@ -398,13 +407,17 @@ class NoDropout:
             functional.alpha_dropout, functional.feature_alpha_dropout, torch.dropout,
         }  # fmt: skip
         attention = functional.scaled_dot_product_attention
+        asked = self._asked
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = dict(kwargs or {})
-                if func in dropouts:
+                if func in dropouts:  # (input, p, training, ...); torch.dropout's `train`
+                    given = {**dict(zip(("input", "p", "training"), args, strict=False)), **kwargs}
+                    asked(given.get("p", 0.5), given.get("training", given.get("train", True)))
                     return args[0] if args else kwargs["input"]
                 if func is attention:  # (query, key, value, attn_mask, dropout_p, ...)
+                    asked(args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0))
                     args, kwargs = _argument_set(args, kwargs, 4, "dropout_p", 0.0)
                 return func(*args, **kwargs)
 
@@ -417,6 +430,7 @@ class NoDropout:
             self._fusion = (torch_npu, fused)
 
             def without_dropout(*args: Any, **kwargs: Any) -> Any:  # keep_prob is its 10th parameter
+                asked(1.0 - (args[9] if len(args) > 9 else kwargs.get("keep_prob", 1.0)))
                 args, kwargs = _argument_set(args, kwargs, 9, "keep_prob", 1.0)
                 return fused(*args, **kwargs)
 

@@ -535,11 +535,13 @@ def test_dropout_is_off_when_training_is_compared_but_dropout_at_inference_fails
         "keep_prob=0.8 if self.training else 1.0)[0]"
     )
     always = fused.replace(" if self.training else 1.0", "")  # the bug: attention dropout at inference too
+    uncomplemented = fused.replace("keep_prob=0.8", "keep_prob=0.2")  # the bug: p passed as keep_prob
     trees = []
     for name, header, attention in (
         ("original", "", sdpa),
         ("migrated", "import torch_npu\n", fused),
         ("planted", "import torch_npu\n", always),
+        ("uncomplemented", "import torch_npu\n", uncomplemented),
     ):
         tree = write_tree(tmp_path / name, header + model.replace("ATTENTION", attention))
         entry = tree / "entry.py"
@@ -556,6 +558,14 @@ def test_dropout_is_off_when_training_is_compared_but_dropout_at_inference_fails
     code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[2])
     assert code == 1 and data["first_divergence"] == "(model)", output
     assert any("random numbers" in w for w in data["warnings"])
+    # dropout off in steps hides a probability ported without its complement: what was asked tells
+    code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[3], "--steps", "2")
+    assert code == 1 and all(step["passed"] for step in data["steps"]), output
+    assert data["original"]["dropout"] == {"entry.py:Model.forward": [0.2, 0.3, 0.5]}
+    assert (
+        "dropout asked for differs at entry.py:Model.forward: the original p=0.2, 0.3, 0.5, the migrated "
+        "p=0.3, 0.5, 0.8" in " ".join(output.split())
+    )
 
 
 def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_path: Path) -> None:
