@@ -102,20 +102,15 @@ def compare_tensors(
                    f"shape {tuple(a.shape)} vs {tuple(b.shape)}")  # fmt: skip
     x, y = _flat(a), _flat(b)
     other_dtype = _dtype_name(b) if b.dtype != a.dtype else ""
-    if not (x.is_floating_point() or a.is_complex()):
-        exact = bool(torch.equal(x, y)) and not other_dtype
-        largest = float((x - y).abs().max()) if x.numel() else 0.0
-        share = float(exact)
-        return Row(key, module, dtype, list(a.shape), share, largest, 0.0, 0.0, share, share, share, exact,
-                   f"dtype {dtype} vs {other_dtype}" if other_dtype else "", other_dtype)  # fmt: skip
     count = x.numel()
     matched, misplaced = _misplaced_specials(x, y)
     finite = ~(matched | misplaced)
     uninformative = count > 1 and bool((x == x[0]).all())  # a scalar loss is not constant
     x, y = x[finite], y[finite]  # the metrics read the finite values; specials are judged by position
     diff = (x - y).abs()
-    norms = x.norm() * y.norm()
-    both_zero = x.norm() == 0 and y.norm() == 0
+    norm_x, norm_y = x.norm(), y.norm()
+    norms = norm_x * norm_y
+    both_zero = norm_x == 0 and norm_y == 0
     cosine = 1.0 if both_zero else float(torch.vdot(x, y).real / norms) if norms > 0 else 0.0
     scale = (x.abs().pow(2).mean().sqrt() if x.numel() else diff.new_zeros(())).clamp_min(scale_floor)
     relative = diff / (x.abs() + scale).clamp_min(torch.finfo(torch.float64).tiny)

@@ -370,6 +370,13 @@ def _training_state(model: Any, optimizer: Any) -> dict[str, Any]:
     return state
 
 
+def _argument_of(
+    args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str, default: Any
+) -> Any:
+    """The value the call passed for one parameter, wherever the caller passed it."""
+    return args[position] if len(args) > position else kwargs.get(name, default)
+
+
 def _argument_set(
     args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str, value: Any
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -412,12 +419,12 @@ class NoDropout:
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = dict(kwargs or {})
-                if func in dropouts:  # (input, p, training, ...); torch.dropout's `train`
-                    given = {**dict(zip(("input", "p", "training"), args, strict=False)), **kwargs}
-                    asked(given.get("p", 0.5), given.get("training", given.get("train", True)))
-                    return args[0] if args else kwargs["input"]
+                if func in dropouts:  # (input, p, training, ...); torch.dropout's is `train`
+                    training = _argument_of(args, kwargs, 2, "training", kwargs.get("train", True))
+                    asked(_argument_of(args, kwargs, 1, "p", 0.5), training)
+                    return _argument_of(args, kwargs, 0, "input", None)
                 if func is attention:  # (query, key, value, attn_mask, dropout_p, ...)
-                    asked(args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0))
+                    asked(_argument_of(args, kwargs, 4, "dropout_p", 0.0))
                     args, kwargs = _argument_set(args, kwargs, 4, "dropout_p", 0.0)
                 return func(*args, **kwargs)
 
@@ -430,7 +437,7 @@ class NoDropout:
             self._fusion = (torch_npu, fused)
 
             def without_dropout(*args: Any, **kwargs: Any) -> Any:  # keep_prob is its 10th parameter
-                asked(1.0 - (args[9] if len(args) > 9 else kwargs.get("keep_prob", 1.0)))
+                asked(1.0 - _argument_of(args, kwargs, 9, "keep_prob", 1.0))
                 args, kwargs = _argument_set(args, kwargs, 9, "keep_prob", 1.0)
                 return fused(*args, **kwargs)
 

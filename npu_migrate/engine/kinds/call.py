@@ -143,10 +143,9 @@ class CallMatcher(Matcher):
         if self.moved.get(original) in methods:
             return True
         line = self.ctx.facts.line
-        names = _assigned(line, original) if line is not None else []
-        if not names:
+        target = _assigned(line, original) if line is not None else None
+        if target is None:
             return False
-        target = names[0]
         functions = self.ctx.facts.functions
         scope = functions[-1] if functions else module_scope(self.ctx.module)
         for node in subtree(scope.body):
@@ -231,15 +230,17 @@ class CallMatcher(Matcher):
         return None, ()
 
 
-def _assigned(line: cst.SimpleStatementLine, value: cst.BaseExpression) -> list[str]:
-    """The plain names `line` assigns `value` to (`acc = value`, `acc: Tensor = value`)."""
-    names = []
+def _assigned(line: cst.SimpleStatementLine, value: cst.BaseExpression) -> str | None:
+    """The plain name `line` assigns `value` to (`acc = value`, `acc: Tensor = value`), if any."""
     for statement in line.body:
         if isinstance(statement, cst.Assign) and statement.value is value:
-            names += [t.target.value for t in statement.targets if isinstance(t.target, cst.Name)]
+            targets = [t.target for t in statement.targets]
         elif isinstance(statement, cst.AnnAssign) and statement.value is value:
-            names += [statement.target.value] if isinstance(statement.target, cst.Name) else []
-    return names
+            targets = [statement.target]
+        else:
+            continue
+        return next((t.value for t in targets if isinstance(t, cst.Name)), None)
+    return None
 
 
 class CallKind(Kind[CallMatch]):
