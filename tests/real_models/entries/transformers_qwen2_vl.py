@@ -37,7 +37,7 @@ def varlen_reference(
     assert dropout_p == 0.0 and not causal  # what VisionFlashAttention2 asks for
     out = torch.empty_like(q)
     q_ends, k_ends = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-    for q0, q1, k0, k1 in zip(q_ends, q_ends[1:], k_ends, k_ends[1:], strict=True):
+    for q0, q1, k0, k1 in zip(q_ends[:-1], q_ends[1:], k_ends[:-1], k_ends[1:], strict=True):
         heads_first = [t.transpose(0, 1) for t in (q[q0:q1], k[k0:k1], v[k0:k1])]
         out[q0:q1] = F.scaled_dot_product_attention(*heads_first, scale=softmax_scale).transpose(0, 1)
     return out
