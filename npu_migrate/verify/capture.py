@@ -4,6 +4,7 @@ allocator can say it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import types
@@ -60,6 +61,20 @@ class ModuleCall:
     args: list[torch.Tensor] = dataclasses.field(default_factory=list)  # positional, flattened
     kwargs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # by flattened path
     outputs: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    key: str = ""  # the name, with `#N` from its second call on: the rows' and inputs' prefix
+    given: tuple[Any, Any] = ((), {})  # the args and kwargs themselves, to call it again (replay)
+    autocast: list[tuple[str, torch.dtype]] = dataclasses.field(
+        default_factory=list
+    )  # in force, by device type
+
+
+def autocast_in_force() -> list[tuple[str, torch.dtype]]:
+    """The device types autocast is on for, with its dtype (the emulation's runs on the backing
+    device's type)."""
+    kinds = {"cpu", "cuda", torch._C._get_privateuse1_backend_name()}
+    return [
+        (kind, torch.get_autocast_dtype(kind)) for kind in sorted(kinds) if torch.is_autocast_enabled(kind)
+    ]
 
 
 class ModuleRecorder:
@@ -88,12 +103,20 @@ class ModuleRecorder:
     def _enter(self, name: str):
         def record(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
             parent = self._running[-1] if self._running else None
-            call = ModuleCall(name, module, self._calls.get(name, 0), parent)
+            call = ModuleCall(
+                name,
+                module,
+                self._calls.get(name, 0),
+                parent,
+                given=(args, kwargs),
+                autocast=autocast_in_force(),
+            )
             self._calls[name] = call.index + 1
+            call.key = self._key(name)
             self._running.append(call)
             for path, tensor in flatten((args, kwargs)):
                 copy = tensor.detach().to("cpu", copy=True)
-                self.inputs.append((self._key(name) + path, name, copy))
+                self.inputs.append((call.key + path, name, copy))
                 if path.startswith("[0]"):
                     call.args.append(copy)
                 else:
@@ -103,10 +126,10 @@ class ModuleRecorder:
 
     def _hook(self, name: str):
         def record(module: torch.nn.Module, args: Any, output: Any) -> None:
-            key = self._key(name)
             while self._running[-1].module is not module:  # a call whose exception the model caught
                 self._running.pop()
             call = self._running.pop()
+            key = call.key
             for path, tensor in flatten(output):
                 copy = tensor.detach().to("cpu", copy=True)
                 self.rows.append((key + path, name, copy))
@@ -210,6 +233,15 @@ class FusedCalls:
             and callable(value)
             and not isinstance(value, type)
         }
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Calls made meanwhile are not counted (verify's own replays of the modules)."""
+        self.__exit__()
+        try:
+            yield
+        finally:
+            self.__enter__()
 
     def __enter__(self) -> FusedCalls:
         for name, operator in self._originals.items():

@@ -54,6 +54,8 @@ class SideReport:
     backing: str  # the hardware that computed (the emulation's backing device)
     rows: list[tuple[str, str, Tensor]] = field(default_factory=list)  # (key, module, output)
     inputs: list[tuple[str, str, Tensor]] = field(default_factory=list)  # (key, module, input)
+    # (module, handed, key, tensor): the migrated modules' own code on the original's inputs (replay.py)
+    replayed: list[tuple[str, bool, str, Tensor]] = field(default_factory=list)
     output: list[tuple[str, Tensor]] = field(default_factory=list)  # (path, tensor) of the model's output
     activation_bytes: dict[str, int] = field(default_factory=dict)  # by module
     peak_bytes: int = 0
@@ -64,6 +66,7 @@ class SideReport:
     fused_weights: list[str] = field(default_factory=list)  # weights paired by shape, in words
     onnx: dict[str, Any] | None = None  # the ONNX check (original side, --onnx)
     steps: list[Step] = field(default_factory=list)
+    start: dict[str, Tensor] = field(default_factory=dict)  # parameters and buffers before the first step
     optimizer: str | None = None  # the optimizer's class name (training)
     optimizer_bytes: int | None = None
     fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from npu_migrate.verify.compare import Row
+from npu_migrate.verify.compare import Comparison, Row
 from npu_migrate.verify.orchestrate import Result
 
 
@@ -33,19 +33,35 @@ def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
+def headline(comparison: Comparison) -> str:
+    """The verdict and what it rests on, in one line: each tensor counted once, and a failure
+    that no tensor shows (a missing weight, a training step) not called agreement."""
+    rows = comparison.forward_rows()
+    failed = [row for row in rows if not row.passed and row.key not in comparison.drifted]
+    if failed:
+        forward = f"{len(failed)} of the forward's {len(rows)} compared tensors differ"
+    else:
+        forward = f"the forward's {len(rows)} compared tensors agree"
+        if comparison.drifted:
+            forward += f" ({len(comparison.drifted)} within the rounding their modules accumulate)"
+    bad = [step["step"] for step in comparison.steps if not step["passed"]]
+    if bad:
+        forward += f"; training diverges at step {bad[0]} of {len(comparison.steps)}"
+    elif comparison.steps:
+        forward += f"; the {len(comparison.steps)} training steps agree"
+    if comparison.passed:
+        return f"[green]PASS[/]: {forward}"
+    return f"[red]FAIL[/]: {forward}" + ("" if failed or bad else "; but:")
+
+
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
     if result.migrated.fused_calls:
         calls = _tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
-    rows = comparison.rows + comparison.output_rows
-    failed = [r for r in rows if not r.passed]
-    verdict = "[green]PASS[/]" if comparison.passed else "[red]FAIL[/]"
-    if failed:
-        console.print(f"{verdict}: {len(failed)} of {len(rows)} compared tensors differ")
-    else:
-        console.print(f"{verdict}: all {len(rows)} compared tensors agree")
+    rows = comparison.forward_rows()
+    console.print(headline(comparison))
     console.print(f"  rule: {comparison.rule}")
     for problem in comparison.problems:
         console.print(f"  - {problem}")
@@ -80,6 +96,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         steps.add_column("verdict", overflow="fold")
         for step in comparison.steps:
             failed = [f"grad {name}" for name in step["failed_grads"]] + step["failed_state"]
+            failed += [f"update to {name}" for name in step["failed_updates"]]
             verdict = "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(failed[:3])}"
             values = [
                 step[k]
@@ -89,8 +106,9 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             steps.add_row(str(step["step"]), *(f"{v:.6g}" for v in values), time, verdict)
         console.print(steps)
         console.print(
-            f"  each step compares the loss, the gradients and {comparison.steps[0]['state_compared']} "
-            "parameters, buffers and optimizer states; dropout is off on both sides (modules, "
+            f"  each step compares the loss, the gradients, {comparison.steps[0]['state_compared']} "
+            "parameters, buffers and optimizer states, and what the step changed in each parameter "
+            "and buffer (against the size of the change); dropout is off on both sides (modules, "
             "F.dropout, SDPA's dropout_p, npu_fusion_attention's keep_prob), and the probabilities "
             "each call site asked for are compared instead"
         )

@@ -7,12 +7,15 @@ The original side also saves its weights and inputs, so the migrated side starts
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib.util
 import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -225,21 +228,22 @@ def _timed(fn: Any, repeat: int = 5) -> float:
 
 
 def run(request: SideRequest) -> SideReport:
-    """One side's run; the migrated side's fused operator calls are counted throughout."""
+    """One side's run; the migrated side's fused operator calls are counted in its forwards and
+    steps (not in its replays)."""
     from npu_migrate.verify.capture import FusedCalls
 
     if request.role != "migrated":
-        return _run(request)
+        return _run(request, contextlib.nullcontext)
     import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
 
     with FusedCalls(torch_npu, Path(request.tree).resolve()) as fused:
-        report = _run(request)
+        report = _run(request, fused.paused)
     report.fused_calls = dict(sorted(fused.counts.items()))
     report.fused_sites = dict(sorted(fused.sites.items()))
     return report
 
 
-def _run(request: SideRequest) -> SideReport:
+def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[Any]]) -> SideReport:
     import torch
 
     from npu_migrate.verify.capture import ModuleRecorder, RandomDraws, flatten, nbytes
@@ -254,7 +258,7 @@ def _run(request: SideRequest) -> SideReport:
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request.state)
     else:
-        given = torch.load(request.state, weights_only=False)
+        given = torch.load(request.state, weights_only=False)  # written after the original's forward
         mapped = map_weights(given["state_dict"], request.weights_map)
         weights, report.fused_weights = fuse_weights(mapped, model.state_dict())
         try:
@@ -279,6 +283,15 @@ def _run(request: SideRequest) -> SideReport:
         with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
+        if request.role == "original":  # for the migrated side's replay
+            calls = {"call_inputs": _by_key(recorder.inputs), "call_outputs": _by_key(recorder.rows)}
+            torch.save({**torch.load(request.state, weights_only=False), **calls}, request.state)
+        else:
+            from npu_migrate.verify.replay import replay
+
+            with uncounted():
+                named = {name or "(model)": module for name, module in model.named_modules()}
+                report.replayed = replay(recorder.calls, given["call_inputs"], given["call_outputs"], named)
     if request.dump:
         from npu_migrate.verify.msprobe_dump import write_dump
 
@@ -303,6 +316,10 @@ def _run(request: SideRequest) -> SideReport:
     return report
 
 
+def _by_key(rows: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    return {key: tensor for key, _, tensor in rows}
+
+
 def _train(
     model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: SideReport, root: Path
 ) -> list[Step]:
@@ -316,6 +333,7 @@ def _train(
     report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
     model.train()  # NoDropout turns the dropout modules off, with the functional kinds
     history = []
+    report.start = _training_state(model, None)
     off = NoDropout(root)
     for _ in range(steps):
         start = time.perf_counter()
@@ -349,9 +367,10 @@ def _train(
     return history
 
 
-def _training_state(model: Any, optimizer: Any) -> dict[str, Any]:
+def _training_state(model: Any, optimizer: Any | None) -> dict[str, Any]:
     """What a step leaves behind, by name: parameters, buffers (BatchNorm's running statistics)
-    and the optimizer's state per parameter (Adam's moments, momentum buffers)."""
+    and the optimizer's state per parameter (Adam's moments, momentum buffers); without an
+    optimizer, what the first step starts from."""
     import torch
 
     def cpu(tensor: Any) -> Any:
@@ -359,6 +378,8 @@ def _training_state(model: Any, optimizer: Any) -> dict[str, Any]:
 
     state = {f"parameter {n}": cpu(p) for n, p in model.named_parameters()}
     state.update({f"buffer {n}": cpu(b) for n, b in model.named_buffers()})
+    if optimizer is None:
+        return state
     names = {id(p): n for n, p in model.named_parameters()}
     for parameter, entries in optimizer.state.items():
         name = names.get(id(parameter))
