@@ -22,9 +22,11 @@ DTYPE_RTOL = {
 # A step's gradients chain the forward's operations and their transposes: held to this many times
 # the tolerance of the least precise dtype the forward computed in.
 BACKWARD_FACTOR = 4
-# Storing a parameter rounds it to its dtype: a step's change read as after - before is exact to
-# about this many units in the last place of the parameter's values.
-STORED_ULPS = 4
+# Storing a parameter rounds it to its dtype: a step's change read as after - before on the two
+# sides may differ by one unit in the last place of the values, up to 2 * eps * |value|.
+STORED_ULPS = 2
+# A mean shift this many standard errors from zero is not chance (own-code rows, _shift)
+SHIFT_SIGMAS = 6
 # Dtypes whose rounding, op after op, adds up past their own tolerance over a network's depth
 COARSE = ("bfloat16", "float16")
 
@@ -67,6 +69,7 @@ class Row:
     dtype_migrated: str = ""  # where it differs from the original's
     uninformative: bool = False  # the original is constant (all zeros, say): agreement proves little
     handed: bool = False  # an own-code row (replay.py) of what `module` hands a callee, not returns
+    shift: float = 0.0  # own-code rows: the mean relative shift where it is systematic (_shift)
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
@@ -97,11 +100,13 @@ def compare_tensors(
     limits: Thresholds,
     same_backing: bool = False,
     scale_floor: float = 0.0,
+    shift_check: bool = False,
 ) -> Row:
     """Metrics of the migrated tensor `b` against the original `a`, and the verdict of the rule
     that fits the comparison (Thresholds). Errors are relative to |a| plus a's rms, or plus
     `scale_floor` where that is larger: the scale of the tensors a gradient is computed among,
-    so a gradient that is rounding noise (zero in exact arithmetic) is judged as noise."""
+    so a gradient that is rounding noise (zero in exact arithmetic) is judged as noise. With
+    `shift_check`, a systematic shift of the values (see `_shift`) fails too."""
     dtype = _dtype_name(a)
     if a.shape != b.shape:
         return Row(key, module, dtype, list(a.shape), 0.0, math.inf, math.inf, math.inf, 0, 0, 0, False,
@@ -152,6 +157,11 @@ def compare_tensors(
     )
     if same_backing:
         failed = row.within_dtype_tol < limits.within_share
+        row.shift = _shift(x, y, scale, rtol) if shift_check and not x.is_complex() else 0.0
+        if row.shift:
+            failed = True
+            notes.append(f"values shifted by {row.shift:+.2%} on average: systematic, not rounding")
+            row.note = "; ".join(notes)
     else:
         failed = (
             (cosine < limits.cosine_warn and max_abs > limits.abs_warn)
@@ -160,6 +170,18 @@ def compare_tensors(
         )
     row.passed = not (failed or wrong_specials or other_dtype)
     return row
+
+
+def _shift(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, rtol: float) -> float:
+    """The mean of y's relative error towards larger magnitudes, where it is a systematic
+    change rather than rounding: larger than an eighth of the dtype's tolerance and beyond
+    SHIFT_SIGMAS standard errors of chance. Rounding to nearest errs both ways; an RMSNorm eps
+    10000 times too large shrinks every bfloat16 output by 0.5%, each element within tolerance."""
+    if x.numel() < 2:
+        return 0.0
+    signed = (y - x) * x.sign() / (x.abs() + scale).clamp_min(torch.finfo(torch.float64).tiny)
+    mean, error = float(signed.mean()), float(signed.std()) / math.sqrt(signed.numel())
+    return mean if abs(mean) > rtol / 8 and abs(mean) > SHIFT_SIGMAS * error else 0.0
 
 
 @dataclass
@@ -310,7 +332,7 @@ def _own_rows(original: SideReport, migrated: SideReport, limits: Thresholds, sa
     for module, handed, key, tensor in migrated.replayed:
         theirs = (inputs if handed else outputs).get(key)
         if theirs is not None:
-            row = compare_tensors(key, module, theirs, tensor, limits, same)
+            row = compare_tensors(key, module, theirs, tensor, limits, same, shift_check=True)
             row.handed = handed
             rows.append(row)
     return rows
@@ -472,17 +494,19 @@ def _compare_updates(
     before), compared against the size of the change rather than of the parameter: weight decay
     on a norm's weight on one side only moves it by lr * wd (1e-5 of a weight of 1.0), far below
     the parameter's tolerance but 1% of an Adam step. A change is judged against the larger of
-    its own rms, the model's (rounding in a gradient of noise size makes a change of noise size)
-    and the rounding of storing the parameter (a few units in the last place of its values)."""
+    its own rms, the model's parameters' (rounding in a gradient of noise size makes a change of
+    noise size)
+    and the rounding of storing the parameter (a unit in the last place of its largest value)."""
     ours, theirs = _updates(before[0], after[0]), _updates(before[1], after[1])
-    model_scale = _model_scale(ours.values())
+    parameters = {name for name in ours if name.startswith("parameter ")}
+    model_scale = _model_scale(ours[name] for name in parameters)  # buffers (running statistics) apart
     rows = []
     for name, change in ours.items():
         if name not in theirs:
             continue
         rtol = limits.dtype_rtol.get(_dtype_name(change), DTYPE_RTOL["float32"])
-        stored = float(before[0][name].double().pow(2).mean().sqrt()) * torch.finfo(change.dtype).eps
-        floor = max(model_scale, STORED_ULPS * stored / rtol)
+        stored = float(before[0][name].abs().max()) * torch.finfo(change.dtype).eps if change.numel() else 0.0
+        floor = max(model_scale if name in parameters else 0.0, STORED_ULPS * stored / rtol)
         a, b = _without(noise.get(_parameter_of(name)), change, theirs[name])
         rows.append(compare_tensors(name, name, a, b, limits, same, floor))
     return rows

@@ -342,6 +342,10 @@ def planted(tmp_path: Path, model: str, edits: dict[str, Edit | list[Edit]]) -> 
             ("torch.polar(torch.ones_like(freqs), freqs)", "torch.polar(torch.ones_like(freqs), -freqs)"),
             id="rope-table-conjugated",
         ),
+        pytest.param(  # the same table's angles rounded through bfloat16 in __init__
+            ("freqs = torch.outer(t, freqs)", "freqs = torch.outer(t, freqs).bfloat16().float()"),
+            id="rope-table-rounded-through-bf16",
+        ),
     ],
 )
 def test_a_mask_or_complex_table_made_wrong_by_the_model_is_blamed_on_the_model(
@@ -513,6 +517,115 @@ def test_training_compares_the_state_a_step_leaves(
     assert not step["passed"] and not step["failed_grads"], "loss and gradients of step 1 agree"
     assert step["failed_state"][0].startswith(first)
     assert f"training diverges at step 1, first at {first}" in output
+
+
+@pytest.mark.parametrize(
+    ("model", "edits", "first"),
+    [
+        pytest.param(  # nanoGPT's configure_optimizers groups on one side: no decay for 1-D tensors
+            "gpt",
+            {
+                "entry.py": (
+                    "        model.parameters(), lr=1e-3,",
+                    "        [\n"
+                    '            {"params": [p for p in model.parameters() if p.dim() >= 2]},\n'
+                    '            {"params": [p for p in model.parameters() if p.dim() < 2],\n'
+                    '             "weight_decay": 0.0},\n'
+                    "        ],\n"
+                    "        lr=1e-3,",
+                )
+            },
+            "parameter blocks.0.ln_1.weight",
+            id="adamw-no-decay-for-norms-on-one-side",
+        ),
+        pytest.param(  # a CIFAR recipe's weight decay on the migrated side only, under SGD
+            "cnn",
+            {
+                "entry.py": (
+                    '    return {"model": model, "inputs": (images,), "loss_fn": loss_fn}',
+                    "    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, weight_decay=5e-4)\n"
+                    '    return {"model": model, "inputs": (images,), "loss_fn": loss_fn,\n'
+                    '            "optimizer": optimizer}',
+                )
+            },
+            "parameter bn1.weight",
+            id="sgd-weight-decay-on-one-side",
+        ),
+    ],
+)
+def test_a_training_bug_the_size_of_an_update_fails_at_its_step(
+    model: str, edits: dict, first: str, tmp_path: Path
+) -> None:
+    """Weight decay moves a norm's weight of 1.0 by lr * wd a step (1e-5 of it under AdamW, 5e-7
+    under SGD): every parameter after the step agrees to the parameter's tolerance, but what the
+    step changed differs by 1% of an Adam step and 0.4% of the BatchNorm weight's SGD step."""
+    tree = planted(tmp_path, model, edits)
+    original = CASES / model / "original"
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", tree, "--steps", "2")
+    assert code == 1, output
+    step = data["steps"][0]
+    assert not step["failed_grads"] and not step["failed_state"], "gradients and parameters agree"
+    assert step["failed_updates"][0] == first
+    assert f"training diverges at step 1, first at the step's update to {first}" in output
+    assert (
+        "FAIL: the forward's" in output
+        and "compared tensors agree; training diverges at step 1 of 2" in output
+    )
+
+
+def bfloat16_llama(tmp_path: Path, tree: Path) -> Path:
+    """The LLaMA fixture as a bfloat16 model: weights and inputs in bfloat16, the rotary table cast
+    to the activations' dtype as Hugging Face's LLaMA casts it."""
+    copy = Path(shutil.copytree(tree, tmp_path / f"bf16-{tree.name}"))
+    edits = {
+        "entry.py": [
+            ("eps=1e-6).to(device)", "eps=1e-6).to(device, torch.bfloat16)"),
+            (
+                "hidden = torch.randn(2, 8, 32, generator=g)",
+                "hidden = torch.randn(2, 8, 32, generator=g).bfloat16()",
+            ),
+            (
+                "target = torch.randn(2, 8, 32, generator=g)",
+                "target = torch.randn(2, 8, 32, generator=g).bfloat16()",
+            ),
+        ],
+        "model.py": [
+            (
+                "cos, sin = self.rotary_emb(S, x.device)",
+                "cos, sin = (t.to(x.dtype) for t in self.rotary_emb(S, x.device))",
+            )
+        ],
+    }
+    for name, changes in edits.items():
+        text = (copy / name).read_text()
+        for old, new in changes:
+            assert old in text, f"{old!r} is not in {name}"
+            text = text.replace(old, new)
+        (copy / name).write_text(text)
+    return copy
+
+
+def test_a_bfloat16_llama_passes_and_an_eps_bug_in_it_is_blamed_on_its_norm(tmp_path: Path) -> None:
+    """End to end, a correct bfloat16 forward drifts past bfloat16's tolerance at mlp.down_proj
+    (rounding adds up over the layer); each module's own code, replayed on the original's
+    inputs, agrees. An RMSNorm eps 10000 times too large shifts every output of the norm by
+    0.5%, each element within bfloat16's tolerance: the shift is systematic, and the norm is
+    blamed rather than the module past it where the difference first crosses the tolerance."""
+    original = bfloat16_llama(tmp_path, CASES / "llama" / "original")
+    migrated = bfloat16_llama(tmp_path, CASES / "llama" / "migrated")
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", migrated, "--steps", "2")
+    assert code == 0, output
+    assert data["drifted"] and all(row["passed"] for row in data["own_rows"])
+    assert "rounding in bfloat16 accumulates along the network" in " ".join(output.split())
+    assert all(step["passed"] for step in data["steps"])
+    wrong = planted(tmp_path, "llama", {"model.py": ("epsilon=self.eps)", "epsilon=self.eps * 10000)")})
+    wrong = bfloat16_llama(tmp_path, wrong)
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", wrong)
+    assert code == 1, output
+    assert data["first_divergence"] == "layers.0.input_layernorm", output
+    blamed = next(row for row in data["own_rows"] if not row["passed"])
+    assert blamed["module"] == "layers.0.input_layernorm" and blamed["within_dtype_tol"] == 1.0
+    assert blamed["shift"] < 0 and "on average: systematic, not rounding" in blamed["note"]
 
 
 def test_dropout_is_off_when_training_is_compared_but_dropout_at_inference_fails(tmp_path: Path) -> None:
