@@ -33,6 +33,18 @@ def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
+PIPED_WIDTH = 240  # a table's most columns when the output is not a terminal
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """A table as wide as its content where the output is piped or saved (a terminal's width
+    folds module names across lines, and a log has no width to fit)."""
+    if console.is_terminal:
+        console.print(table)
+    else:  # a console's own width bounds any it prints at: a wider one on the same file
+        Console(file=console.file, width=PIPED_WIDTH, highlight=False, no_color=console.no_color).print(table)
+
+
 def headline(comparison: Comparison) -> str:
     """The verdict and what it rests on, in one line: each tensor counted once, and a failure
     that no tensor shows (a missing weight, a training step) not called agreement."""
@@ -78,7 +90,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
         dtype = f"{row.dtype}→{row.dtype_migrated}" if row.dtype_migrated else row.dtype
         table.add_row(row.key, dtype, *numbers, verdict)
-    console.print(table)
+    _print_table(console, table)
     for side, names in (("original", comparison.only_original), ("migrated", comparison.only_migrated)):
         if names:
             console.print(f"modules only in the {side}: {', '.join(names)}")
@@ -104,7 +116,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             ]
             time = f"{step['ms_original']:.1f} / {step['ms_migrated']:.1f}"
             steps.add_row(str(step["step"]), *(f"{v:.6g}" for v in values), time, verdict)
-        console.print(steps)
+        _print_table(console, steps)
         console.print(
             f"  each step compares the loss, the gradients, {comparison.steps[0]['state_compared']} "
             "parameters, buffers and optimizer states, and what the step changed in each parameter "
@@ -137,7 +149,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         f"{migrated_ms:.2f} ms",
         "not comparable" if emulated else _ratio(migrated_ms / original_ms if original_ms else None),
     )
-    console.print(figures)
+    _print_table(console, figures)
     if emulated:
         console.print(
             "  the migrated side ran on the NPU emulation: its times say nothing of an NPU's, and its "

@@ -56,6 +56,9 @@ def test_a_correct_migration_passes(model: str, tmp_path: Path) -> None:
     assert data["migrated"]["emulated"] is True and "NPU emulation" in output
     assert len(data["rows"]) > 5 and all(r["passed"] for r in data["rows"])
     assert all(r["cosine"] > 0.9999 for r in data["rows"])
+    table = [line for line in output.splitlines() if line.startswith("│")]  # piped: not folded
+    assert table and all(line.split("│")[1].strip() for line in table), output
+    assert f"PASS: the forward's {len(data['rows'])} compared tensors agree" in output  # outputs once
 
 
 @pytest.mark.parametrize(
