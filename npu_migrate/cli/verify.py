@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -176,6 +178,13 @@ def verify(
             except orchestrate.SideFailed as exc:
                 status.stop()
                 common.fail(str(exc))
+        result.command = shlex.join(["npu-migrate", *sys.argv[1:]])
+        if copy is not None:
+            result.trees = (
+                str(tree),
+                f"a copy of {tree} that verify migrated ({'--unsafe' if unsafe else 'safe'})",
+            )
+            result.changes = dict(copy.changes().most_common())
         if copy is not None and not result.comparison.passed and bisect:
             culprit = _bisect(copy, options)
             result.comparison.culprit = culprit or "no single rule's changes make the difference"
@@ -296,14 +305,18 @@ class _Copy:
     def write(self, outcomes: list[FileOutcome], folder: Path) -> None:
         write_outcomes(outcomes, self.tree, folder)
 
-    def summary(self) -> str:
-        """What the migration changed, so a pass is known to have verified something."""
-        codes = Counter(
+    def changes(self) -> Counter[str]:
+        """The copy's changes, by rule."""
+        return Counter(
             finding.rule.code
             for outcome in self.outcomes
             for finding in outcome.result.findings
             if finding.applied
         )
+
+    def summary(self) -> str:
+        """What the migration changed, so a pass is known to have verified something."""
+        codes = self.changes()
         changed = sum(outcome.changed for outcome in self.outcomes)
         rules = ", ".join(f"{code} x{count}" for code, count in codes.most_common())
         return (

@@ -204,6 +204,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)  # what weakens the verdict without failing it
     culprit: str | None = None  # verify TREE: the change of the migration that makes the difference
     drifted: list[str] = field(default_factory=list)  # rows past tolerance by accumulated rounding only
+    loss_rtol: float = 0.0  # the steps' loss tolerance
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,6 +255,7 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
         else [],
         onnx={k: v for k, v in onnx.items() if k != "outputs"} if onnx else None,
     )
+    comparison.loss_rtol = limits.loss_rtol
     comparison.rule = (
         f"tight ({original.backing} vs {migrated.backing}): at least {limits.within_share:.1%} of "
         "each tensor's elements within the dtype's tolerance"

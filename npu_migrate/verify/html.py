@@ -15,15 +15,19 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from npu_migrate import __version__
 from npu_migrate.verify.orchestrate import Result
+from npu_migrate.verify.report import headline
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
-.pass { color: #1a7f37; font-weight: bold; } .fail { color: #cf222e; font-weight: bold; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 2em; }
+h1.pass { color: #1a7f37; } h1.fail { color: #cf222e; } li.warning { color: #7d4e00; }
 table { border-collapse: collapse; font-size: 0.85em; }
-td, th { padding: 2px 8px; border-bottom: 1px solid #ddd; }
+thead th { position: sticky; top: 0; background: #f6f8fa; }
+td, th { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; } tr.bad { background: #fff0f0; }
+tr.blamed td { font-weight: bold; border-top: 2px solid #cf222e; border-bottom: 2px solid #cf222e; }
 img { max-width: 100%; }
 """
 
@@ -58,15 +62,24 @@ def _depth_plot(rows: list[Any]) -> str:
     return _png(figure)
 
 
-def _loss_plot(steps: list[dict[str, Any]]) -> str:
+def _difference_plot(steps: list[dict[str, Any]], loss_rtol: float) -> str:
+    """How far apart the sides are, step by step, on a log scale against the loss tolerance:
+    two loss curves drawn over each other hide a difference of 1e-5."""
     figure, axis = plt.subplots(figsize=(6, 3))
     numbers = [s["step"] for s in steps]
-    axis.plot(numbers, [s["loss_original"] for s in steps], marker="o", label="original")
-    axis.plot(numbers, [s["loss_migrated"] for s in steps], marker="x", linestyle="--", label="migrated")
+
+    def relative(key: str) -> list[float]:
+        pairs = [(s[f"{key}_original"], s[f"{key}_migrated"]) for s in steps]
+        return [max(abs(b - a) / max(abs(a), 1e-30), 1e-12) for a, b in pairs]
+
+    axis.semilogy(numbers, relative("loss"), marker="o", label="loss")
+    axis.semilogy(numbers, relative("grad_norm"), marker="x", label="gradient norm")
+    axis.axhline(loss_rtol, color="grey", linestyle="--", label="loss tolerance")
+    axis.set_xticks(numbers)
     axis.set_xlabel("step")
-    axis.set_ylabel("loss")
-    axis.set_title("loss per training step")
-    axis.legend()
+    axis.set_ylabel("|migrated - original| / |original|")
+    axis.set_title("difference per training step")
+    axis.legend(fontsize=8)
     return _png(figure)
 
 
@@ -95,52 +108,134 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def write_html(path: Path, result: Result) -> None:
+def _table(header: list[str], rows: list[list[Any]], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = []
+    for index, row in enumerate(rows):
+        cells = "".join(f"<td{' class=num' if isinstance(v, float) else ''}>{_cell(v)}</td>" for v in row)
+        kind = classes[index] if classes else ""
+        body.append(f"<tr class='{kind}'>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _section(anchor: str, title: str, *content: str) -> list[str]:
+    return [f"<section id='{anchor}'><h2>{html.escape(title)}</h2>", *content, "</section>"]
+
+
+def _compared(result: Result) -> list[str]:
+    """What ran against what: the trees, the entry's sides, the command, the versions."""
     comparison = result.comparison
-    rows = comparison.rows + comparison.output_rows + comparison.onnx_rows
-    verdict = '<span class="pass">PASS</span>' if comparison.passed else '<span class="fail">FAIL</span>'
-    sides = " vs ".join(
-        f"{name} {html.escape(side.where)}"
-        for name, side in (("original", result.original), ("migrated", result.migrated))
+    rows = [
+        ["original tree", result.trees[0]],
+        ["migrated tree", result.trees[1]],
+        ["original ran", result.original.where],
+        ["migrated ran", result.migrated.where],
+        ["rule", comparison.rule],
+        ["command", result.command or "-"],
+    ]
+    for side, report in (("original", result.original), ("migrated", result.migrated)):
+        rows.append([f"{side} versions", ", ".join(f"{k} {v}" for k, v in report.versions.items()) or "-"])
+    rows.append(["npu-migrate", __version__])
+    if result.migrated.fused_calls:
+        rows.append(
+            ["fused operators run", ", ".join(f"{k} x{v}" for k, v in result.migrated.fused_calls.items())]
+        )
+    return _section("compared", "What was compared", _table(["", ""], rows))
+
+
+def _steps(comparison: Any) -> list[str]:
+    header = ["step", "loss original", "loss migrated", "grad norm original", "grad norm migrated", "verdict"]
+    rows, classes = [], []
+    for step in comparison.steps:
+        failed = [f"gradient of {n}" for n in step["failed_grads"]] + step["failed_state"]
+        failed += [f"update to {n}" for n in step["failed_updates"]]
+        verdict = "ok" if step["passed"] else "fail: " + (", ".join(failed[:5]) or "the loss")
+        values = [
+            step[k] for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
+        ]
+        rows.append([step["step"], *values, verdict])
+        classes.append("" if step["passed"] else "bad")
+    return _section(
+        "training",
+        "Training steps",
+        _table(header, rows, classes),
+        _difference_plot(comparison.steps, comparison.loss_rtol),
     )
+
+
+def _memory(memory: dict[str, Any]) -> list[str]:
+    def mib(value: int | None) -> str:
+        return "-" if value is None else f"{value / 2**20:.2f} MiB"
+
+    def times(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    rows = [
+        [
+            label,
+            mib(memory.get(f"{key}_original")),
+            mib(memory.get(f"{key}_migrated")),
+            times(memory.get(ratio)),
+        ]
+        for label, key, ratio in (
+            ("peak", "peak", "peak_ratio"),
+            ("parameters", "parameters", ""),
+            ("optimizer state", "optimizer", "optimizer_ratio"),
+        )
+    ]
+    largest = sorted(memory["activations"].items(), key=lambda item: -max(item[1]))[:8]
+    rows += [[f"activations {m}", mib(a), mib(b), times(b / a if a else None)] for m, (a, b) in largest]
+    return _section(
+        "memory", "Memory", _table(["", "original", "migrated", "ratio"], rows), _memory_plot(memory)
+    )
+
+
+def _tensors(comparison: Any) -> list[str]:
+    """Every compared tensor, the blamed module's rows marked, with its own code's verdict
+    (replayed on the original's inputs) beside the end-to-end one."""
+    own: dict[str, bool] = {}
+    for row in comparison.own_rows:
+        own[row.module] = own.get(row.module, True) and row.passed
+    header = ["module output", "module", "dtype", "shape", "cosine", "max abs", "max rel",
+              "within dtype tol", "own code", "end to end"]  # fmt: skip
+    rows, classes = [], []
+    for row in comparison.forward_rows() + comparison.onnx_rows:
+        blamed = row.module == comparison.first_divergence
+        own_verdict = "-" if row.module not in own else "ok" if own[row.module] else "fail"
+        verdict = (
+            "ok" if row.passed else "drift" if row.key in comparison.drifted else f"fail {row.note}".strip()
+        )
+        dtype = f"{row.dtype} vs {row.dtype_migrated}" if row.dtype_migrated else row.dtype
+        module = f"{row.module} ◀ first divergence" if blamed else row.module
+        shape = "x".join(map(str, row.shape))
+        numbers = [row.cosine, row.max_abs, row.max_rel, f"{row.within_dtype_tol:.1%}"]
+        rows.append([row.key, module, dtype, shape, *numbers, own_verdict, verdict])
+        classes.append(" ".join(filter(None, ["blamed" if blamed else "", "" if row.passed else "bad"])))
+    return _section("tensors", "Every compared tensor", _table(header, rows, classes))
+
+
+def write_html(path: Path, result: Result) -> None:
+    """The report as one file: every image embedded, no script, readable offline."""
+    comparison = result.comparison
+    verdict = "pass" if comparison.passed else "fail"
+    items = [*comparison.problems, *([comparison.culprit] if comparison.culprit else [])]
+    listed = "".join(f"<li>{html.escape(p)}</li>" for p in items)
+    listed += "".join(f"<li class='warning'>warning: {html.escape(w)}</li>" for w in comparison.warnings)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>npu-migrate verify</title>",
         f"<style>{STYLE}</style></head><body>",
-        f"<h1>npu-migrate verify: {verdict}</h1><p>{sides}</p>",
-        f"<p>rule: {html.escape(comparison.rule)}</p>",
-        "<ul>"
-        + "".join(
-            f"<li>{html.escape(p)}</li>"
-            for p in [*comparison.problems, *([comparison.culprit] if comparison.culprit else [])]
-        )
-        + "".join(f"<li>warning: {html.escape(w)}</li>" for w in comparison.warnings)
-        + "</ul>",
+        f"<h1 id='verdict' class='{verdict}'>{html.escape(headline(comparison))}</h1>",
+        *(_section("problems", "Problems and warnings", f"<ul>{listed}</ul>") if listed else []),
+        *_compared(result),
     ]
+    if result.changes:
+        rows = [[code, count] for code, count in result.changes.items()]
+        parts += _section("changes", "The migration's changes, by rule", _table(["rule", "changes"], rows))
     if comparison.rows:
-        parts += ["<h2>Numerics along the network</h2>", _depth_plot(comparison.rows)]
+        parts += _section("numerics", "Numerics along the network", _depth_plot(comparison.rows))
     if comparison.steps:
-        parts += ["<h2>Training</h2>", _loss_plot(comparison.steps)]
-    parts += ["<h2>Memory</h2>", _memory_plot(comparison.memory)]
-    columns = [
-        "key",
-        "dtype",
-        "shape",
-        "cosine",
-        "max_abs",
-        "max_rel",
-        "rmse",
-        "within_1e3",
-        "within_5e3",
-        "within_dtype_tol",
-        "dtype_migrated",
-        "passed",
-    ]
-    parts.append(
-        "<h2>Every compared tensor</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
-    )
-    for row in rows:
-        values = [getattr(row, c) for c in columns]
-        cells = "".join(f"<td{' class=num' if isinstance(v, float) else ''}>{_cell(v)}</td>" for v in values)
-        parts.append(f"<tr class='{'' if row.passed else 'bad'}'>{cells}</tr>")
-    parts.append("</table></body></html>")
+        parts += _steps(comparison)
+    parts += _memory(comparison.memory)
+    parts += _tensors(comparison)
+    parts.append("</body></html>")
     path.write_text("\n".join(parts), encoding="utf-8")

@@ -50,6 +50,9 @@ class Result:
     comparison: Comparison
     original: SideReport
     migrated: SideReport
+    trees: tuple[str, str] = ("", "")  # the original's and the migrated's, as given
+    command: str = ""  # the command line that ran verify
+    changes: dict[str, int] = field(default_factory=dict)  # verify TREE: its copy's changes, by rule
 
 
 def _side(role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool) -> SideReport:
@@ -145,4 +148,5 @@ def run(options: Options, phase: Callable[[str], None] = lambda _: None) -> Resu
         phase("running the migrated copy" + (" on the NPU emulation" if emulate else " on the NPU"))
         migrated = _side("migrated", options.migrated, options, options.device_migrated, work, emulate)
     phase("comparing")
-    return Result(compare_runs(original, migrated, options.limits), original, migrated)
+    comparison = compare_runs(original, migrated, options.limits)
+    return Result(comparison, original, migrated, trees=(str(options.original), str(options.migrated)))

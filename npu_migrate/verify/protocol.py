@@ -72,6 +72,7 @@ class SideReport:
     fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)
     fused_sites: dict[str, int] = field(default_factory=dict)  # `file:qualname` in the tree: fused calls
     dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
+    versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
 
     @property
     def where(self) -> str:

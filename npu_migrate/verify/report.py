@@ -62,8 +62,8 @@ def headline(comparison: Comparison) -> str:
     elif comparison.steps:
         forward += f"; the {len(comparison.steps)} training steps agree"
     if comparison.passed:
-        return f"[green]PASS[/]: {forward}"
-    return f"[red]FAIL[/]: {forward}" + ("" if failed or bad else "; but:")
+        return f"PASS: {forward}"
+    return f"FAIL: {forward}" + ("" if failed or bad else "; but:")
 
 
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
@@ -73,7 +73,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         calls = _tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
     rows = comparison.forward_rows()
-    console.print(headline(comparison))
+    verdict, _, rest = headline(comparison).partition(":")
+    console.print(f"[{'green' if comparison.passed else 'red'}]{verdict}[/]:{rest}")
     console.print(f"  rule: {comparison.rule}")
     for problem in comparison.problems:
         console.print(f"  - {problem}")
@@ -188,6 +189,10 @@ def write_json(path: Path, result: Result) -> None:
             "fused_sites": result.migrated.fused_sites,
             "dropout": result.migrated.dropout,
         },
+        "trees": {"original": result.trees[0], "migrated": result.trees[1]},
+        "command": result.command,
+        "changes": result.changes,
+        "versions": {"original": result.original.versions, "migrated": result.migrated.versions},
         **result.comparison.as_dict(),
     }
     path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")

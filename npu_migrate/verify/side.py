@@ -11,6 +11,7 @@ import contextlib
 import faulthandler
 import importlib.util
 import json
+import platform
 import sys
 import time
 import traceback
@@ -253,7 +254,9 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
     parts = unpack(load_entry(tree, request.entry)())
     model, inputs = parts["model"], parts["inputs"]
     device = torch.device(request.device)
-    report = SideReport(device=str(device), emulated=_emulated(), backing=_backing(device))
+    report = SideReport(
+        device=str(device), emulated=_emulated(), backing=_backing(device), versions=_versions()
+    )
     if request.role == "original":
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request.state)
@@ -314,6 +317,16 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
     root = Path(request.tree).resolve()
     report.steps = _train(model, inputs, parts, request.steps, report, root) if request.steps else []
     return report
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    npu = sys.modules.get("torch_npu")
+    if npu is not None:
+        versions["torch_npu"] = getattr(npu, "__version__", "?")
+    return versions
 
 
 def _by_key(rows: list[tuple[str, str, Any]]) -> dict[str, Any]:
