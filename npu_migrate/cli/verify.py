@@ -79,6 +79,15 @@ def verify(
     html_path: Annotated[
         Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")
     ] = None,
+    realistic_weights: Annotated[
+        bool,
+        typer.Option(
+            "--realistic-weights",
+            help="Redraw the original's weights at the scale that keeps activations near unit "
+            "variance (a trained model's spread, where approximations of GELU and its kin part), the "
+            "same on both sides.",
+        ),
+    ] = False,
     timeout: Annotated[
         float, typer.Option(min=1, help="Seconds each side may run before it is stopped.")
     ] = 600.0,
@@ -150,6 +159,7 @@ def verify(
             device_migrated=device_migrated,
             emulate=emulate,
             onnx=onnx,
+            realistic=realistic_weights,
             timeout=timeout,
             memory=int(max_side_memory * 2**30) if max_side_memory else None,
             weights_map=_weights_map(weights_map) if weights_map else {},

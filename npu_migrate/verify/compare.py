@@ -27,6 +27,9 @@ BACKWARD_FACTOR = 4
 STORED_ULPS = 2
 # A mean shift this many standard errors from zero is not chance (own-code rows, _shift)
 SHIFT_SIGMAS = 6
+# Elementwise modules whose inputs stay within this |x| hide approximations (_narrow_inputs)
+NARROW_SPREAD = 1.0
+SPREAD_SAMPLE = 1 << 20  # elements of an input its spread is read from
 # Dtypes whose rounding, op after op, adds up past their own tolerance over a network's depth
 COARSE = ("bfloat16", "float16")
 
@@ -276,6 +279,15 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
             f"the model draws random numbers as it runs ({', '.join(drawn)}): both sides start from the "
             "same seed, but where an operator changed they draw differently, and differ by chance"
         )
+    narrow = _narrow_inputs(original)
+    if narrow:
+        module, spread = narrow[0]
+        comparison.warnings.append(
+            f"{len(narrow)} elementwise module(s) see only inputs within |x| < {NARROW_SPREAD:g} (such as "
+            f"{module}: 99.9% within {spread:.2g}), where approximations agree (GELU's tanh form and erf "
+            "differ in 0.05% of elements at a fresh init's spread, in 30% at unit variance): "
+            "--realistic-weights reruns at a trained model's spread, the same weights on both sides"
+        )
     constant = [r.key for r in rows + output_rows if r.uninformative]
     if constant:
         comparison.warnings.append(
@@ -362,6 +374,25 @@ def _drift(rows: list[Row], own_rows: list[Row], coarsest: str) -> list[Row]:
         "output" + row.key.removeprefix("(model)") for row in returned if row.module == "(model)"
     }
     return [row for row in rows if not row.passed and row.key in fine and not row.dtype_migrated]
+
+
+def _narrow_inputs(original: SideReport) -> list[tuple[str, float]]:
+    """Elementwise modules (leaves without parameters whose first output has its first input's
+    shape and differs from it: GELU, SiLU, not Dropout in eval) whose first input stays within
+    |x| < NARROW_SPREAD in 99.9% of its elements, with that spread."""
+    inputs = {module: tensor for _, module, tensor in reversed(original.inputs)}  # each module's first
+    outputs = {module: tensor for _, module, tensor in reversed(original.rows)}
+    narrow = []
+    for module in original.elementwise:
+        x, y = inputs.get(module), outputs.get(module)
+        if x is None or y is None or x.shape != y.shape or not x.is_floating_point() or not x.numel():
+            continue
+        if torch.equal(x, y):
+            continue
+        spread = float(torch.quantile(x.detach().flatten()[:SPREAD_SAMPLE].abs().double(), 0.999))
+        if spread < NARROW_SPREAD:
+            narrow.append((module, spread))
+    return narrow
 
 
 def _blame(

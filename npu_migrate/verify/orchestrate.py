@@ -38,6 +38,7 @@ class Options:
     device_migrated: str = "npu"
     emulate: bool | None = None  # None: emulate when no real torch_npu imports
     onnx: bool = False
+    realistic: bool = False  # the original's weights redrawn at unit-variance scale (side._realistic_weights)
     limits: Thresholds = field(default_factory=Thresholds)
     timeout: float = 600.0  # seconds a side may run
     memory: int | None = None  # bytes of data a side may allocate (None: no cap)
@@ -66,6 +67,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         device=device,
         steps=options.steps,
         onnx=options.onnx,
+        realistic=options.realistic,
         state=str(work / "original-state.pt"),
         out=str(out),
         timeout=options.timeout,

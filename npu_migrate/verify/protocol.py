@@ -22,6 +22,7 @@ class SideRequest:
     timeout: float  # seconds the parent waits before it stops the side
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
     dump: str = ""  # where to write the forward pass as an msprobe dump ("": nowhere)
+    realistic: bool = False  # the original side redraws its weights at unit-variance scale first
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class SideReport:
     fused_sites: dict[str, int] = field(default_factory=dict)  # `file:qualname` in the tree: fused calls
     dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
+    elementwise: list[str] = field(default_factory=list)  # leaf modules without parameters (GELU, SiLU)
 
     @property
     def where(self) -> str:

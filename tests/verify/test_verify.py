@@ -639,6 +639,49 @@ def test_a_training_bug_the_size_of_an_update_fails_at_its_step(
     )
 
 
+def nanogpt_init(tmp_path: Path, tree: Path, name: str) -> Path:
+    """The GPT fixture with nanoGPT's _init_weights (Linear and Embedding weights of std 0.02)."""
+    copy = Path(shutil.copytree(tree, tmp_path / name))
+    entry = copy / "entry.py"
+    init = (
+        "    for module in model.modules():\n"
+        "        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):\n"
+        "            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)\n"
+    )
+    text = entry.read_text()
+    entry.write_text(
+        text.replace(
+            "    g = torch.Generator().manual_seed(1)\n",
+            init + "    g = torch.Generator().manual_seed(1)\n",
+            1,
+        )
+    )
+    assert init in entry.read_text()
+    return copy
+
+
+def test_init_scale_activations_are_warned_of_and_realistic_weights_find_a_tanh_gelu(tmp_path: Path) -> None:
+    """At nanoGPT's init the MLP's GELU sees |x| < 0.44, where its tanh form agrees with erf:
+    the migration that swapped one for the other passes, with a warning that names the module;
+    --realistic-weights redraws the weights at unit-variance scale on both sides, and the swap
+    fails at the GELU while the correct migration still passes."""
+    original = nanogpt_init(tmp_path, CASES / "gpt" / "original", "original")
+    tanh = planted(tmp_path, "gpt", {"model.py": ("nn.GELU()", 'nn.GELU(approximate="tanh")')})
+    tanh = nanogpt_init(tmp_path, tanh, "tanh")
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", tanh)
+    assert code == 0, output
+    warning = next(w for w in data["warnings"] if "elementwise module(s)" in w)
+    assert "such as blocks.0.mlp.act" in warning and "--realistic-weights" in warning
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", tanh, "--realistic-weights")
+    assert code == 1 and data["first_divergence"] == "blocks.0.mlp.act", output
+    assert not any("elementwise module(s)" in w for w in data["warnings"])
+    correct = nanogpt_init(tmp_path, CASES / "gpt" / "migrated", "correct")
+    code, data, output = verify(
+        tmp_path, "--original", original, "--migrated", correct, "--realistic-weights"
+    )
+    assert code == 0, output
+
+
 def bfloat16_llama(tmp_path: Path, tree: Path) -> Path:
     """The LLaMA fixture as a bfloat16 model: weights and inputs in bfloat16, the rotary table cast
     to the activations' dtype as Hugging Face's LLaMA casts it."""
