@@ -384,17 +384,22 @@ def test_a_side_over_its_memory_cap_fails_plainly(tmp_path: Path) -> None:
 Edit = tuple[str, str]
 
 
+def edited(tmp_path: Path, tree: Path, name: str, edits: dict[str, list[Edit]]) -> Path:
+    """A copy of a fixture tree with the same edits a test makes on both sides."""
+    copy = Path(shutil.copytree(tree, tmp_path / name))
+    for file, changes in edits.items():
+        text = (copy / file).read_text()
+        for old, new in changes:
+            assert old in text, f"{old!r} is not in {file}"
+            text = text.replace(old, new)
+        (copy / file).write_text(text)
+    return copy
+
+
 def planted(tmp_path: Path, model: str, edits: dict[str, Edit | list[Edit]]) -> Path:
     """The correct migration of a fixture with a bug planted: {file: (old, new) or a list}."""
-    tree = tmp_path / f"{model}-planted"
-    shutil.copytree(CASES / model / "migrated", tree)
-    for name, changes in edits.items():
-        text = (tree / name).read_text()
-        for old, new in changes if isinstance(changes, list) else [changes]:
-            assert old in text, f"{old!r} is not in {name}"
-            text = text.replace(old, new)
-        (tree / name).write_text(text)
-    return tree
+    lists = {name: changes if isinstance(changes, list) else [changes] for name, changes in edits.items()}
+    return edited(tmp_path, CASES / model / "migrated", f"{model}-planted", lists)
 
 
 @pytest.mark.parametrize(
@@ -639,25 +644,61 @@ def test_a_training_bug_the_size_of_an_update_fails_at_its_step(
     )
 
 
+SCALAR_OF_NOISE = {  # nanochat's backout_lambda: added before a LayerNorm, which any shift leaves alone
+    "model.py": [
+        (
+            "        self.ln_f = nn.LayerNorm(n_embd)\n",
+            "        self.ln_f = nn.LayerNorm(n_embd)\n"
+            "        self.backout_lambda = nn.Parameter(torch.tensor([0.5]))\n",
+        ),
+        ("return self.head(self.ln_f(x))", "return self.head(self.ln_f(x + self.backout_lambda))"),
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "both", "migrated_only"),
+    [
+        pytest.param("gpt", SCALAR_OF_NOISE, {}, id="scalar-parameter-whose-gradient-is-noise"),
+        pytest.param(  # the SwiGLU's up projection called first: the call order of the children changes
+            "llama",
+            {},
+            {
+                "model.py": [
+                    (
+                        "return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))",
+                        "up = self.up_proj(x)\n"
+                        "        return self.down_proj(up * self.act_fn(self.gate_proj(x)))",
+                    )
+                ]
+            },
+            id="mlp-reordered",
+        ),
+    ],
+)
+def test_correct_controls_pass_forward_and_steps(
+    model: str, both: dict[str, list[Edit]], migrated_only: dict[str, list[Edit]], tmp_path: Path
+) -> None:
+    """A one-element parameter whose exact gradient is zero (2e-10 of noise beside gradients of
+    1e-2) and a module that calls its children in another order are correct migrations: no
+    tensor, step or update fails, and no own-code row."""
+    original = edited(tmp_path, CASES / model / "original", "original", both)
+    migrated = edited(tmp_path, CASES / model / "migrated", "migrated", {**both, **migrated_only})
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", migrated, "--steps", "3")
+    assert code == 0, output
+    assert all(row["passed"] for row in data["own_rows"]) and len(data["own_rows"]) > len(data["rows"])
+    assert all(step["passed"] for step in data["steps"]), output
+
+
 def nanogpt_init(tmp_path: Path, tree: Path, name: str) -> Path:
     """The GPT fixture with nanoGPT's _init_weights (Linear and Embedding weights of std 0.02)."""
-    copy = Path(shutil.copytree(tree, tmp_path / name))
-    entry = copy / "entry.py"
+    seed = "    g = torch.Generator().manual_seed(1)\n"
     init = (
         "    for module in model.modules():\n"
         "        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):\n"
         "            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)\n"
     )
-    text = entry.read_text()
-    entry.write_text(
-        text.replace(
-            "    g = torch.Generator().manual_seed(1)\n",
-            init + "    g = torch.Generator().manual_seed(1)\n",
-            1,
-        )
-    )
-    assert init in entry.read_text()
-    return copy
+    return edited(tmp_path, tree, name, {"entry.py": [(seed, init + seed)]})
 
 
 def test_init_scale_activations_are_warned_of_and_realistic_weights_find_a_tanh_gelu(tmp_path: Path) -> None:
@@ -685,18 +726,12 @@ def test_init_scale_activations_are_warned_of_and_realistic_weights_find_a_tanh_
 def bfloat16_llama(tmp_path: Path, tree: Path) -> Path:
     """The LLaMA fixture as a bfloat16 model: weights and inputs in bfloat16, the rotary table cast
     to the activations' dtype as Hugging Face's LLaMA casts it."""
-    copy = Path(shutil.copytree(tree, tmp_path / f"bf16-{tree.name}"))
+    randn = "torch.randn(2, 8, 32, generator=g)"
     edits = {
         "entry.py": [
             ("eps=1e-6).to(device)", "eps=1e-6).to(device, torch.bfloat16)"),
-            (
-                "hidden = torch.randn(2, 8, 32, generator=g)",
-                "hidden = torch.randn(2, 8, 32, generator=g).bfloat16()",
-            ),
-            (
-                "target = torch.randn(2, 8, 32, generator=g)",
-                "target = torch.randn(2, 8, 32, generator=g).bfloat16()",
-            ),
+            (f"hidden = {randn}", f"hidden = {randn}.bfloat16()"),
+            (f"target = {randn}", f"target = {randn}.bfloat16()"),
         ],
         "model.py": [
             (
@@ -705,13 +740,7 @@ def bfloat16_llama(tmp_path: Path, tree: Path) -> Path:
             )
         ],
     }
-    for name, changes in edits.items():
-        text = (copy / name).read_text()
-        for old, new in changes:
-            assert old in text, f"{old!r} is not in {name}"
-            text = text.replace(old, new)
-        (copy / name).write_text(text)
-    return copy
+    return edited(tmp_path, tree, f"bf16-{tree.name}", edits)
 
 
 def test_a_bfloat16_llama_passes_and_an_eps_bug_in_it_is_blamed_on_its_norm(tmp_path: Path) -> None:
