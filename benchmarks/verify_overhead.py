@@ -1,8 +1,13 @@
 """What verify costs on top of the model itself, on the bundled GPT fixture:
 
 - plain forward passes of the original model in this process (the baseline);
-- the same forward with verify's module hooks recording every output (its in-process overhead);
-- a whole `npu-migrate verify` run (two side processes, emulated migrated side, comparison).
+- the same forward with verify's module hooks recording every input and output;
+- the replay: every module called again on the recorded inputs, its callees' outputs swapped in
+  (what the migrated side adds to judge each module's own code);
+- a plain training step (forward, backward, AdamW) against one with what verify records after
+  it (gradients, parameters, buffers and optimizer state copied to the CPU);
+- whole `npu-migrate verify` runs (two side processes, emulated migrated side, comparison),
+  forward only and with three steps.
 
     python benchmarks/verify_overhead.py [--repeat N]
 """
@@ -14,11 +19,14 @@ import importlib.util
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from npu_migrate.verify.capture import ModuleRecorder
+from npu_migrate.verify.replay import replay
+from npu_migrate.verify.side import training_state
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "verify" / "gpt"
 
@@ -31,12 +39,22 @@ def build() -> dict:
     return entry.build()
 
 
-def per_call_ms(fn, repeat: int) -> float:
+def per_call_ms(fn: Callable[[], object], repeat: int) -> float:
     fn()
     start = time.perf_counter()
     for _ in range(repeat):
         fn()
     return (time.perf_counter() - start) * 1000 / repeat
+
+
+def whole_run_s(*more: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "npu_migrate", "verify", "--original", FIXTURE / "original",
+         "--migrated", FIXTURE / "migrated", "--entry", "entry.py:build", *more],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -50,16 +68,41 @@ def main() -> None:
         recorder = ModuleRecorder(model)
         hooked = per_call_ms(lambda: (recorder.rows.clear(), model(*inputs)), args.repeat)
         recorder.close()
-    start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "npu_migrate", "verify", "--original", FIXTURE / "original",
-         "--migrated", FIXTURE / "migrated", "--entry", "entry.py:build"],
-        capture_output=True, check=True,
-    )  # fmt: skip
-    whole = time.perf_counter() - start
-    print(f"plain forward (baseline)          {plain:8.2f} ms")
-    print(f"forward with verify's hooks       {hooked:8.2f} ms  ({hooked / plain:.2f}x)")
-    print(f"whole verify run (two processes)  {whole * 1000:8.0f} ms  ({whole * 1000 / plain:.0f} forwards)")
+        recorder = ModuleRecorder(model)
+        model(*inputs)
+        recorder.close()
+    given = {key: tensor for key, _, tensor in recorder.inputs}
+    returned = {key: tensor for key, _, tensor in recorder.rows}
+    named = {name or "(model)": module for name, module in model.named_modules()}
+    replayed = per_call_ms(lambda: replay(recorder.calls, given, returned, named), args.repeat)
+    model.train()
+    optimizer, loss_fn = parts["optimizer"], parts["loss_fn"]
+
+    def step() -> None:
+        loss = loss_fn(model(*inputs))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    def recorded_step() -> None:
+        step()
+        {n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None}
+        training_state(model, optimizer)
+
+    stepped = per_call_ms(step, args.repeat)
+    recorded = per_call_ms(recorded_step, args.repeat)
+    forward_run, steps_run = whole_run_s(), whole_run_s("--steps", "3")
+    rows = [
+        ("plain forward (baseline)", plain, ""),
+        ("forward with verify's hooks", hooked, f"{hooked / plain:.2f}x"),
+        (f"replay of every module ({len(recorder.calls)} calls)", replayed, f"{replayed / plain:.2f}x"),
+        ("plain training step (baseline)", stepped, ""),
+        ("step with verify's records", recorded, f"{recorded / stepped:.2f}x"),
+        ("whole verify run, forward", forward_run * 1000, f"{forward_run * 1000 / plain:.0f} forwards"),
+        ("whole verify run, --steps 3", steps_run * 1000, f"+{(steps_run - forward_run) * 1000:.0f} ms"),
+    ]
+    for label, ms, ratio in rows:
+        print(f"{label:<42}{ms:10.2f} ms" + (f"  ({ratio})" if ratio else ""))
 
 
 if __name__ == "__main__":

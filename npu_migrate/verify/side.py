@@ -378,7 +378,7 @@ def _train(
     report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
     model.train()  # NoDropout turns the dropout modules off, with the functional kinds
     history = []
-    report.start = _training_state(model, None)
+    report.start = training_state(model, None)
     off = NoDropout(root)
     for _ in range(steps):
         start = time.perf_counter()
@@ -401,7 +401,7 @@ def _train(
                 loss=loss.item(),
                 grad_norm=norm,
                 grads=grads,
-                state=_training_state(model, optimizer),
+                state=training_state(model, optimizer),
                 ms=(time.perf_counter() - start) * 1000,
             )
         )
@@ -412,7 +412,7 @@ def _train(
     return history
 
 
-def _training_state(model: Any, optimizer: Any | None) -> dict[str, Any]:
+def training_state(model: Any, optimizer: Any | None) -> dict[str, Any]:
     """What a step leaves behind, by name: parameters, buffers (BatchNorm's running statistics)
     and the optimizer's state per parameter (Adam's moments, momentum buffers); without an
     optimizer, what the first step starts from."""
