@@ -241,7 +241,9 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
         drift = _drift(rows + output_rows, own_rows, coarsest)
         excused = {row.key for row in drift}
         rest = [row for row in rows if row.key not in excused]
-        first, between = _blame(rest, original.inputs, migrated.inputs, limits, same)
+        first, between = _grown(rest, own_rows) or _blame(
+            rest, original.inputs, migrated.inputs, limits, same
+        )
     onnx = original.onnx
     comparison = Comparison(
         rows=rows,
@@ -361,6 +363,23 @@ def _origin(own_rows: list[Row]) -> tuple[str | None, str]:
     if failing.handed:
         return failing.module, f"in its own code: {failing.key.split('[', 1)[0]} is handed a different input"
     return failing.module, ""
+
+
+def _grown(rows: list[Row], own_rows: list[Row]) -> tuple[str, str] | None:
+    """Where a difference fails end to end though every module's own code agrees within
+    tolerance: the module whose own code differs most (by cosine distance, scale-free) made it,
+    and later modules grew it past the tolerance. None where nothing fails or nothing was
+    replayed, or where every module's own code is exact."""
+    failing = next((row for row in rows if not row.passed), None)
+    if failing is None or failing.key not in {row.key for row in own_rows if not row.handed}:
+        return None  # nothing fails, or the failing module's own code was not judged
+    origin = max(own_rows, key=lambda row: 1 - row.cosine)
+    if origin.cosine >= 1.0:
+        return None
+    return origin.module, (
+        f"its own code differs most, within tolerance ({origin.key}: cosine {origin.cosine:.9f}), and the "
+        f"difference grows past the tolerance by {failing.key}"
+    )
 
 
 def _drift(rows: list[Row], own_rows: list[Row], coarsest: str) -> list[Row]:

@@ -128,3 +128,23 @@ def test_a_call_whose_inputs_do_not_fit_the_original_is_left_unjudged() -> None:
     given = {key: tensor[:2] for key, _, tensor in recorder.inputs}  # another batch size
     returned = {key: tensor for key, _, tensor in recorder.rows}
     assert replay(recorder.calls, given, returned, named) == []
+
+
+def test_a_difference_within_tolerance_that_grows_past_it_is_blamed_where_it_was_made() -> None:
+    """Module a's own code changes its output by noise of 5e-5 (within float32's 1e-4, and not a
+    shift); module b, given the original's input, computes exactly as the original, but it
+    amplifies what it is handed past the tolerance. The blame is a, not b."""
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(1000, generator=generator), torch.randn(1000, generator=generator)
+    noisy = x + 5e-5 * x.abs() * torch.randn(1000, generator=generator)
+    ours = SideReport(device="cpu", emulated=False, backing="cpu", rows=[("a", "a", x), ("b", "b", y)])
+    theirs = SideReport(
+        device="cpu", emulated=True, backing="cpu", rows=[("a", "a", noisy), ("b", "b", y * 1.001)]
+    )
+    ours.output, theirs.output = [("", y)], [("", y * 1.001)]
+    theirs.replayed = [("a", False, "a", noisy), ("b", False, "b", y.clone())]
+    comparison = compare_runs(ours, theirs, Thresholds(rule="tight"))
+    assert all(row.passed for row in comparison.own_rows)
+    assert comparison.first_divergence == "a"
+    assert "its own code differs most, within tolerance" in comparison.problems[0]
+    assert "grows past the tolerance by b" in comparison.problems[0]
