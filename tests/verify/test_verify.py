@@ -96,25 +96,38 @@ def test_training_mode_catches_a_wrong_optimizer_setting(tmp_path: Path) -> None
     assert any("gradients within rounding of zero" in w for w in same[1]["warnings"])
 
 
-def test_mixed_precision_training_is_held_to_the_precision_it_computes_in(tmp_path: Path) -> None:
-    """Under bfloat16 autocast the float32 gradients come out of bfloat16 matmuls; held to
-    float32's tolerance, a correct migration (SDPA to npu_fusion_attention) 'diverged at step 1'."""
-    trees = []
-    for side in ("original", "migrated"):
-        tree = Path(shutil.copytree(CASES / "gpt" / side, tmp_path / side))
-        model = tree / "model.py"
-        autocast = (
+AUTOCAST = {  # the GPT's forward under bfloat16 autocast, its parameters float32
+    "model.py": [
+        (
+            "    def forward(self, idx):\n",
             "    def forward(self, idx):\n"
             "        with torch.autocast(idx.device.type, dtype=torch.bfloat16):\n"
             "            return self.forward_bf16(idx)\n\n"
-            "    def forward_bf16(self, idx):\n"
+            "    def forward_bf16(self, idx):\n",
         )
-        model.write_text(model.read_text().replace("    def forward(self, idx):\n", autocast))
-        trees.append(tree)
-    code, data, output = verify(tmp_path, "--original", trees[0], "--migrated", trees[1], "--steps", "2")
+    ]
+}
+
+
+def test_mixed_precision_training_is_held_to_the_precision_it_computes_in(tmp_path: Path) -> None:
+    """Under bfloat16 autocast the float32 gradients come out of bfloat16 matmuls; held to
+    float32's tolerance, a correct migration (SDPA to npu_fusion_attention) 'diverged at step 1'.
+    A learning rate 1.5 times the original's (a linear warmup one step ahead) moves a norm's
+    float32 weight of 1.0 by 5e-4, within bfloat16's tolerance of it, but changes its step by
+    half (the biases, near zero, fail as parameters too)."""
+    original = edited(tmp_path, CASES / "gpt" / "original", "original", AUTOCAST)
+    migrated = edited(tmp_path, CASES / "gpt" / "migrated", "migrated", AUTOCAST)
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", migrated, "--steps", "2")
     assert code == 0, output
     assert any(row["dtype"] == "bfloat16" for row in data["rows"])
     assert all(step["passed"] and not step["failed_grads"] for step in data["steps"])
+    ahead = {"entry.py": [("model.parameters(), lr=1e-3,", "model.parameters(), lr=1.5e-3,")]}
+    ahead = edited(tmp_path, migrated, "warmup-ahead", ahead)
+    code, data, output = verify(tmp_path, "--original", original, "--migrated", ahead, "--steps", "2")
+    assert code == 1, output
+    step, weight = data["steps"][0], "parameter blocks.0.ln_1.weight"
+    assert not step["failed_grads"] and weight not in step["failed_state"], "a norm's weight of 1 agrees"
+    assert weight in step["failed_updates"], "its step does not"
 
 
 def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
