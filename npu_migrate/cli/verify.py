@@ -138,8 +138,8 @@ def verify(
     try:
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
-        from npu_migrate.verify.compare import Thresholds
         from npu_migrate.verify.msprobe_dump import PATH_CHARACTERS
+        from npu_migrate.verify.tensors import Thresholds
     except ImportError as exc:
         common.needs_torch("verify", exc)
     if dump is not None and not PATH_CHARACTERS.fullmatch(str(dump.resolve())):
@@ -286,7 +286,7 @@ def _check_entry(entry: str, trees: list[Path]) -> None:
 
 
 def _dtype_tolerances(given: list[str]) -> dict[str, float]:
-    from npu_migrate.verify.compare import DTYPE_RTOL
+    from npu_migrate.verify.tensors import DTYPE_RTOL
 
     tolerances = dict(DTYPE_RTOL)
     for item in given:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from npu_migrate.verify.compare import Comparison, Thresholds, compare_runs
+from npu_migrate.verify.compare import Comparison, compare_runs
 from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
+from npu_migrate.verify.tensors import Thresholds
 
 
 class SideFailed(Exception):

@@ -12,8 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from npu_migrate.verify.compare import Comparison, Row
+from npu_migrate.verify.compare import Comparison
 from npu_migrate.verify.orchestrate import Result
+from npu_migrate.verify.tensors import Row
 
 
 def _mib(value: int | None) -> str:

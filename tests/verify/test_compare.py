@@ -8,8 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from npu_migrate.verify.compare import Thresholds, compare_runs, compare_tensors  # noqa: E402
+from npu_migrate.verify.compare import compare_runs  # noqa: E402
 from npu_migrate.verify.protocol import SideReport, Step  # noqa: E402
+from npu_migrate.verify.tensors import Thresholds, compare_tensors  # noqa: E402
 
 
 def side(rows: list[tuple[str, torch.Tensor]], steps: list[Step] | None = None) -> SideReport:

@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from npu_migrate.verify.capture import ModuleRecorder  # noqa: E402
-from npu_migrate.verify.compare import Thresholds, compare_runs  # noqa: E402
+from npu_migrate.verify.compare import compare_runs  # noqa: E402
 from npu_migrate.verify.protocol import SideReport  # noqa: E402
 from npu_migrate.verify.replay import rebuild, replay  # noqa: E402
+from npu_migrate.verify.tensors import Thresholds  # noqa: E402
 
 Pair = namedtuple("Pair", "first second")
 
