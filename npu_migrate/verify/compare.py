@@ -154,12 +154,7 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
         problems.append("the ONNX export computes different outputs")
     bad = next((s for s in comparison.steps if not s["passed"]), None)
     if bad is not None:
-        first = (
-            (bad["failed_grads"] and f"gradient of {bad['failed_grads'][0]}")
-            or (bad["failed_state"] and bad["failed_state"][0])
-            or (bad["failed_updates"] and f"the step's update to {bad['failed_updates'][0]}")
-        )
-        problems.append(f"training diverges at step {bad['step']}" + (f", first at {first}" if first else ""))
+        problems.append(_training_problem(bad, comparison.first_divergence))
     if original.steps and migrated.steps:
         problems += dropout_asked(original.dropout, migrated.dropout)
     ratio = comparison.memory.get("peak_ratio")
@@ -168,6 +163,22 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
     comparison.problems = problems
     comparison.passed = not problems
     return comparison
+
+
+def _training_problem(step: dict[str, Any], forward: str | None) -> str:
+    """Where training first diverges, in words. After a forward that already differs, every
+    gradient does, and none is where the difference starts; otherwise the failing gradient
+    nearest the loss (the last parameter, in registration order, the backward reaches first),
+    else the state or the update the step leaves."""
+    where = f"training diverges at step {step['step']}"
+    if forward is not None:
+        return f"{where}, after the forward's divergence at {forward}"
+    first = (
+        (step["failed_grads"] and f"gradient of {step['failed_grads'][-1]} (the nearest the loss)")
+        or (step["failed_state"] and step["failed_state"][0])
+        or (step["failed_updates"] and f"the step's update to {step['failed_updates'][0]}")
+    )
+    return where + (f", first at {first}" if first else "")
 
 
 def _narrow_inputs(original: SideReport) -> list[tuple[str, float]]:

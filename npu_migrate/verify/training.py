@@ -35,9 +35,9 @@ def compare_steps(
             for name, grad in a.grads.items()
             if name in b.grads
         ]
-        for name, grad in a.grads.items():
-            if name in b.grads and same:
-                _add_noise(noise, name, grad, b.grads[name], limits, floor)
+        for row in grad_rows:  # a gradient that differs is not noise: its elements are compared
+            if row.passed and same:
+                _add_noise(noise, row.key, a.grads[row.key], b.grads[row.key], limits, floor)
         loss_ok = math.isclose(a.loss, b.loss, rel_tol=limits.loss_rtol, abs_tol=limits.loss_rtol)
         worst = min(grad_rows, key=lambda r: r.cosine, default=None)
         theirs = b.state

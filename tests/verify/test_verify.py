@@ -272,8 +272,10 @@ def test_the_html_report_shows_what_was_compared_in_a_browser(browser, tmp_path:
     the tensor table with the blamed module marked), every plot decoded, nothing loaded from
     elsewhere."""
     page = tmp_path / "report.html"
-    code, _, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), "--steps", "2", "--html", page)
+    code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), "--steps", "2", "--html", page)
     assert code == 1
+    # every gradient differs after a forward that does; none is where the difference starts
+    assert "training diverges at step 1, after the forward's divergence at blocks.0.attn" in data["problems"]
     shown = _page(browser, page)
     assert shown["verdict"].startswith("FAIL: 21 of the forward's 25 compared tensors differ")
     assert shown["sections"] == ["problems", "compared", "numerics", "training", "memory", "tensors"]
