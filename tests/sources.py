@@ -121,6 +121,14 @@ BOWDPR = Snapshot(  # a retriever's launch scripts pick transformers' optimizer 
 MAMBA_TRAINING = Snapshot(  # a LoRA fine-tune asks TrainingArguments for apex's AdamW in Python
     "rangehow/mamba_training", "0fde0c6f0382160c37f76fb83e15fd154eb3df9c"
 )
+INTERNVL = Snapshot(  # InternVL chat's model code: InternViT and InternLM2 (benchmarks/customer_models.py)
+    "OpenGVLab/InternVL", "2410d1dbf208f0e799459aff9376e5747dbf41a2", ("internvl_chat/internvl",)
+)
+OPEN_SORA_PLAN = (
+    Snapshot(  # Open-Sora Plan v1.3's diffusion transformer and VAE (benchmarks/customer_models.py)
+        "PKU-YuanGroup/Open-Sora-Plan", "f7fa604f4e3a523d6b973e4c89a5620ed1aff65a", ("opensora",)
+    )
+)
 TRANSFORMERS_4_30 = Release(  # Hugging Face before SDPA: LlamaAttention's eager attention (benchmarks)
     f"{FILES}/cf/33/b4b6f44f1d0ccf39de69de2fcbcb98847b42594c8d078e216f5369c1292e/transformers-4.30.2.tar.gz",
     "f4a8aac4e1baffab4033f4a345b0d7dc7957d12a4f1ba969afea08205a513045",
