@@ -304,6 +304,10 @@ def test_thresholds_are_configurable(tmp_path: Path) -> None:
     code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), *loose)
     assert code == 0 and data["passed"] and data["rule"].startswith("msprobe")
     code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), "--within-share", "0")
+    shifted = [row for row in data["own_rows"] if row["shift"]]  # no share asked, but a systematic shift
+    assert code == 1 and shifted and all(row["module"].endswith(".attn") for row in shifted)
+    loose = ["--within-share", "0", "--rtol", "float32=1"]  # the shift is judged against the tolerance
+    code, data, _ = verify(tmp_path, *pair("gpt", "migrated_wrong_scale"), *loose)
     assert code == 0 and data["passed"] and data["rule"].startswith("tight (cpu vs cpu)")
     strict = verify(tmp_path, *pair("gpt", "migrated"), "--max-memory-ratio", "0.5")
     assert strict[0] == 1 and any("peak memory ratio" in p for p in strict[1]["problems"])
