@@ -15,7 +15,6 @@ the developers' guide) plus, on PYTHONPATH, what each model names in `needs` (in
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import by_model
 from tests.sources import INTERNVL, OPEN_SORA_PLAN, Snapshot, checkout
 
 ENTRIES = Path(__file__).resolve().parent.parent / "tests" / "real_models" / "entries"
@@ -174,24 +174,9 @@ def measure(model: Model) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    return by_model.run(
+        __doc__ or "", MODELS, measure, lambda model: f"{model.name} needs on PYTHONPATH: {model.needs}"
     )
-    parser.add_argument("--only", nargs="*", help="the models to run, by name")
-    args = parser.parse_args()
-    chosen = [m for m in MODELS if not args.only or m.name in args.only]
-    if not chosen:
-        print(f"no such model; the models: {', '.join(m.name for m in MODELS)}", file=sys.stderr)
-        return 2
-    for model in chosen:
-        print(f"{model.name} needs on PYTHONPATH: {model.needs}")
-    results = {model.name: measure(model) for model in chosen}
-    failed = [name for name, ok in results.items() if not ok]
-    print(
-        f"\n{len(results) - len(failed)} of {len(results)} models as expected"
-        + (f"; not: {failed}" if failed else "")
-    )
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ npu-migrate without extras, onnx, numpy), one `--only` at a time.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import json
@@ -34,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import by_model
 from npu_migrate.rules.load import load_rules
 from tests.sources import DIFFUSERS_0_21, TIMM, TRANSFORMERS_4_30, TRANSFORMERS_4_46, Release, fetch
 
@@ -179,22 +179,7 @@ def _counts(counter: Counter[str]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--only", nargs="*", help="the models to run, by name")
-    args = parser.parse_args()
-    chosen = [m for m in MODELS if not args.only or m.name in args.only]
-    if not chosen:
-        print(f"no such model; the models: {', '.join(m.name for m in MODELS)}", file=sys.stderr)
-        return 2
-    results = {model.name: measure(model) for model in chosen}
-    failed = [name for name, ok in results.items() if not ok]
-    print(
-        f"\n{len(results) - len(failed)} of {len(results)} models pass"
-        + (f"; failed: {failed}" if failed else "")
-    )
-    return 1 if failed else 0
+    return by_model.run(__doc__ or "", MODELS, measure)
 
 
 if __name__ == "__main__":
