@@ -81,3 +81,53 @@ def test_a_nested_project_keeps_its_own_configuration(tmp_path: Path) -> None:
     (root / "sub" / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU101"]\n')
     assert sorted(codes(root)) == ["a.py:NPU101", "sub/b.py:NPU103"]
     assert codes(root, "--config", str(root / "pyproject.toml")) == ["a.py:NPU101", "sub/b.py:NPU101"]
+
+
+def test_a_selector_that_names_no_rule_is_refused_not_a_green_gate(tmp_path: Path) -> None:
+    """A typo in a selector would select nothing (or ignore nothing) and scan would exit 0 on a
+    tree full of CUDA calls: every code or prefix, from the command line or any configuration
+    (nested ones included), must start some rule's code, or the run stops in one line."""
+    root = project(tmp_path, {"a.py": CUDA_FILE, "sub/b.py": CUDA_FILE})
+    refused = {
+        (
+            "--select",
+            "NPU999",
+        ): "--select: NPU999 is no rule's code nor the start of one; did you mean NPU959?",
+        (
+            "--select",
+            "NPU1O1",
+        ): "--select: NPU1O1 is no rule's code nor the start of one; did you mean NPU101?",
+        ("--ignore", "ZZZ"): "--ignore: ZZZ is no rule's code nor the start of one; codes run from NPU101",
+        ("--extend-select", "NPU941"): "it is in the opt-in rule set npu-fused-optimizers",
+    }
+    for args, message in refused.items():
+        for command in ("scan", "apply"):
+            result = run_cli(command, ".", *args, cwd=root)
+            assert result.returncode == 2 and message in result.stderr, (command, args, result.stderr)
+            assert len(result.stderr.strip().splitlines()) == 1
+    assert (
+        run_cli(
+            "scan", ".", "--extend-select", "NPU941", "--rules", "npu-fused-optimizers", cwd=root
+        ).returncode
+        == 1
+    )
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nselect = ["NPU1O1"]\n')
+    result = run_cli("scan", ".", cwd=root)
+    assert result.returncode == 2 and "pyproject.toml [tool.npu-migrate] select: NPU1O1" in result.stderr
+    (root / "pyproject.toml").write_text("[tool.npu-migrate]\n")
+    (root / "sub" / "pyproject.toml").write_text('[tool.npu-migrate.per-file-ignores]\n"b.py" = ["npu103"]\n')
+    result = run_cli("scan", ".", cwd=root)
+    assert result.returncode == 2 and "per-file-ignores 'b.py': npu103 is no rule's code" in result.stderr
+    (root / "sub" / "pyproject.toml").write_text('[tool.npu-migrate.per-file-ignores]\n"b.py" = ["NPU103"]\n')
+    assert sorted(codes(root)) == ["a.py:NPU101", "a.py:NPU103", "sub/b.py:NPU101"]
+
+
+def test_the_codes_selectors_are_checked_against_are_the_catalogs() -> None:
+    """Selectors are checked against the codes read cheaply from the rule files; they must be the
+    codes the loaded catalog has (and the opt-in set's, where it is named)."""
+    from npu_migrate.rules.files import builtin_rules_dir, opt_in_sets, rule_codes
+    from npu_migrate.rules.load import load_rules
+
+    assert rule_codes([builtin_rules_dir()]) == {rule.code for rule in load_rules()}
+    opt_in = opt_in_sets()["npu-fused-optimizers"]
+    assert rule_codes([opt_in]) == {rule.code for rule in load_rules([opt_in], builtin=False)}

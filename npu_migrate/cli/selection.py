@@ -58,6 +58,7 @@ class Selection:
         folder = path.absolute().parent
         if folder not in self._nearest:
             self._nearest[folder] = _load(None, folder)
+            _check_config_selectors(self._nearest[folder], self.rules)
         return self._nearest[folder]
 
     def rule_source(self, config: Config, path: Path) -> RuleSource:
@@ -80,7 +81,7 @@ def selection(
     fail_on: FailOn | None,
 ) -> Selection:
     run_config = _load(config_path, paths[0] if paths else Path.cwd())
-    return Selection(
+    chosen = Selection(
         config_path,
         run_config,
         tuple(rules or []),
@@ -89,6 +90,14 @@ def selection(
         _codes(ignore or []),
         fail_on or run_config.settings.fail_on,
     )
+    given = {
+        "--select": chosen.select or (),
+        "--extend-select": chosen.extend_select,
+        "--ignore": chosen.ignore,
+    }
+    _check_selectors(given, chosen.rules)
+    _check_config_selectors(run_config, chosen.rules)
+    return chosen
 
 
 def run_selected(
@@ -124,6 +133,65 @@ def _load(explicit: Path | None, start: Path) -> Config:
         return load_config(explicit, start)
     except ConfigError as exc:
         common.fail(str(exc))
+
+
+def _check_config_selectors(config: Config, rules: tuple[Path, ...]) -> None:
+    """A configuration's selectors, each checked as the command line's are."""
+    if config.path is None:
+        return
+    settings, where = config.settings, f"{config.path} [tool.npu-migrate]"
+    given = {
+        f"{where} select": tuple(settings.select or ()),
+        f"{where} extend-select": tuple(settings.extend_select),
+        f"{where} ignore": tuple(settings.ignore),
+    }
+    given |= {
+        f"{where} per-file-ignores {pattern!r}": tuple(codes)
+        for pattern, codes in settings.per_file_ignores.items()
+    }
+    _check_selectors(given, rules, config)
+
+
+def _check_selectors(
+    given: dict[str, tuple[str, ...]], rules: tuple[Path, ...], config: Config | None = None
+) -> None:
+    """Fail, in a line, on a code or prefix no rule of the run has: a typo (`NPU1O1`, `NPU999`)
+    would otherwise select nothing, or ignore nothing, and the gate would pass on any code.
+    Read only where something is selected: the codes come from the rule files, not the rules."""
+    if not any(given.values()):
+        return
+    from npu_migrate.rules.files import RuleError, builtin_rules_dir, opt_in_sets, rule_codes
+
+    extra = list(rules) + (config.rule_files() if config is not None else [])
+    try:
+        known = rule_codes([builtin_rules_dir(), *extra])
+    except RuleError as exc:
+        common.fail(str(exc))
+    for where, codes in given.items():
+        for code in codes:
+            if any(known_code.startswith(code) for known_code in known):
+                continue
+            opt_in = next((name for name, path in opt_in_sets().items() if code in rule_codes([path])), None)
+            hint = (
+                f"; it is in the opt-in rule set {opt_in} (--rules {opt_in})"
+                if opt_in
+                else _closest(code, known)
+            )
+            common.fail(f"{where}: {code} is no rule's code nor the start of one{hint}")
+
+
+def _closest(code: str, known: set[str]) -> str:
+    """A hint: the code with letters that look like digits read as digits (`NPU1O1`), else the
+    nearest code, else the catalog's range."""
+    import difflib
+
+    letters = len(code) - len(code.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))
+    digits = code[letters:].translate(str.maketrans("OoIlS", "00115"))
+    read = code[:letters].upper() + digits
+    if read != code and any(known_code.startswith(read) for known_code in known):
+        return f"; did you mean {read}?"
+    close = difflib.get_close_matches(code.upper(), sorted(known), n=1, cutoff=0.7)
+    return f"; did you mean {close[0]}?" if close else f"; codes run from {min(known)} to {max(known)}"
 
 
 def _codes(given: list[str]) -> tuple[str, ...]:

@@ -38,3 +38,21 @@ def rule_files(paths: Iterable[Path]) -> list[Path]:
             names = ", ".join(opt_in_sets()) or "none"
             raise RuleError(f"{path}: no such rule file or folder, nor an opt-in rule set ({names})")
     return found
+
+
+def rule_codes(paths: Iterable[Path]) -> set[str]:
+    """The codes the rule files named define, read without loading the rules (a tenth of a
+    second where loading them takes more than half): what a selector may name. A file that does
+    not parse defines none here; loading it reports why."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    codes: set[str] = set()
+    for path in rule_files(paths):
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        entries = data.get("rules") if isinstance(data, dict) else None
+        codes |= {str(e["code"]) for e in entries or [] if isinstance(e, dict) and "code" in e}
+    return codes
