@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import os
 import re
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-DEFAULT = (
-    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    / "torch-npu-reference"
-    / "2.13.0"
-    / "torch_npu"
-)
 _SIGNATURE = re.compile(r"^torch_npu\.\s*(\w+)\((.*)\)\s*->", re.MULTILINE)
 
 
@@ -61,7 +54,7 @@ def _parse_parameters(text: str) -> tuple[tuple[str, ...], dict[str, str]]:
 
 
 class TorchNpuReference:
-    """The unpacked torch_npu package folder (see ../shared/tools/torch-npu-reference)."""
+    """The unpacked torch_npu package folder (tests/sources.py fetches the pinned wheel)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -207,7 +200,7 @@ def _all_names(tree: ast.Module) -> set[str]:
     return set()
 
 
-def reference(root: Path | None = None) -> TorchNpuReference | None:
-    """The reference at `root`, $TORCH_NPU_REFERENCE or the default cache folder, if unpacked."""
-    path = root or Path(os.environ.get("TORCH_NPU_REFERENCE", DEFAULT))
-    return TorchNpuReference(path) if (path / "_op_plugin_docs.py").is_file() else None
+def reference(root: Path) -> TorchNpuReference | None:
+    """The reference at `root` (an unpacked torch_npu package folder; the tests fetch one,
+    tests/sources.py), if its sources are there."""
+    return TorchNpuReference(root) if (root / "_op_plugin_docs.py").is_file() else None

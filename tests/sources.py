@@ -121,6 +121,12 @@ BOWDPR = Snapshot(  # a retriever's launch scripts pick transformers' optimizer 
 MAMBA_TRAINING = Snapshot(  # a LoRA fine-tune asks TrainingArguments for apex's AdamW in Python
     "rangehow/mamba_training", "0fde0c6f0382160c37f76fb83e15fd154eb3df9c"
 )
+TORCH_NPU = Release(  # the real torch_npu's sources, read and never imported (tests of names, ops, kernels)
+    f"{FILES}/21/6d/677a6ac5f6696d422a8513e268318ca96ccc8209b4683a6cf6272f43ddd0/"
+    "torch_npu-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "0deb809cf447d3fce636ccfdc9c9f874950f1fe76f18f4aaab31e2d345f7dac0",
+    "torch_npu",
+)
 INTERNVL = Snapshot(  # InternVL chat's model code: InternViT and InternLM2 (benchmarks/customer_models.py)
     "OpenGVLab/InternVL", "2410d1dbf208f0e799459aff9376e5747dbf41a2", ("internvl_chat/internvl",)
 )
@@ -149,6 +155,13 @@ DIFFUSERS = Release(
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
     "diffusers",
 )
+
+
+def torch_npu_sources() -> Path:
+    """The unpacked torch_npu package folder: $TORCH_NPU_REFERENCE where it is set, else the
+    pinned wheel, downloaded and unpacked on first use."""
+    given = os.environ.get("TORCH_NPU_REFERENCE")
+    return Path(given) if given else fetch(TORCH_NPU)
 
 
 def checkout(snapshot: Snapshot) -> Path:

@@ -1,11 +1,10 @@
 """Rules and emulation are checked against the real torch_npu sources (unpacked by
-../shared/tools/torch-npu-reference, never imported): every torch_npu / torch.npu name a rule
+tests/sources.py fetches them, never imported): every torch_npu / torch.npu name a rule
 writes or the emulation offers, and every operator parameter, must exist there."""
 
 from __future__ import annotations
 
 import inspect
-import os
 import re
 
 import libcst as cst
@@ -19,15 +18,13 @@ from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import parse_code, placeholders
 from npu_migrate.reference import TorchNpuReference, reference
 from npu_migrate.rules.load import load_rules
+from tests.sources import torch_npu_sources
 
 
 @pytest.fixture(scope="module")
 def real() -> TorchNpuReference:
-    found = reference()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must unpack torch_npu with ../shared/tools/torch-npu-reference")
-        pytest.skip("torch_npu reference not unpacked (run ../shared/tools/torch-npu-reference)")
+    found = reference(torch_npu_sources())
+    assert found is not None, f"no torch_npu sources at {torch_npu_sources()}"
     return found
 
 

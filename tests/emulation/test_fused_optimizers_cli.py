@@ -7,7 +7,6 @@ NpuFused* rewrite is held where the program shows what it cannot take."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from npu_migrate.reference import reference
 from tests.fixture_cases import run_cli
+from tests.sources import torch_npu_sources
 
 torch = pytest.importorskip("torch")
 
@@ -81,12 +80,7 @@ def test_an_unknown_rule_set_is_a_one_line_error(tmp_path: Path) -> None:
 def test_the_emulated_fused_kernels_are_those_torch_npu_registers() -> None:
     """What the emulation lets `fused=True` run on the NPU and what it refuses, read against the
     real torch_npu's registrations (its csrc/aten/npu_native_functions_by_codegen.yaml)."""
-    found = reference()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must unpack torch_npu with ../shared/tools/torch-npu-reference")
-        pytest.skip("torch_npu reference sources not unpacked (run ../shared/tools/torch-npu-reference)")
-    listed = (found.root / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml").read_text()
+    listed = (torch_npu_sources() / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml").read_text()
     registered = set(re.findall(r"func: (_fused_\w+_(?:\.tensor_lr)?)\(", listed))
     assert {name for name in registered if "." not in name} >= FUSED_OPTIMIZERS
     assert "_fused_adam_.tensor_lr" in registered and "_fused_sgd_.tensor_lr" in registered

@@ -10,7 +10,6 @@ import copy
 import inspect
 import io
 import math
-import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from npu_migrate.reference import DEFAULT, reference
+from tests.sources import torch_npu_sources
 
 torch = pytest.importorskip("torch")
 
@@ -351,14 +350,8 @@ CLASSES = [name for name in fused.__all__ if name != "NpuFusedOptimizerBase"]
 
 @pytest.fixture(scope="module")
 def real_optim() -> Path:
-    found = reference()
-    folder = found.root / "optim" if found else DEFAULT / "optim"
-    if not folder.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("CI must unpack torch_npu with ../shared/tools/torch-npu-reference")
-        pytest.skip(
-            f"torch_npu reference sources not unpacked: no {folder} (run ../shared/tools/torch-npu-reference)"
-        )
+    folder = torch_npu_sources() / "optim"
+    assert folder.is_dir(), f"no {folder}"
     return folder
 
 
