@@ -34,6 +34,10 @@ def test_diff_from_reports_only_changed_lines_and_new_files(tmp_path: Path) -> N
     git(root, "checkout", "-q", "--", "old.py")
     clean = run_cli("scan", "old.py", "--diff-from", "HEAD", cwd=root)
     assert clean.returncode == 0, clean.stderr
+    # not "No CUDA-specific code found": there is some, on lines the diff does not touch
+    assert (
+        "No finding to report in 1 file(s) read: 2 finding(s) on lines unchanged since HEAD." in clean.stdout
+    )
     bad = run_cli("scan", ".", "--diff-from", "no-such-rev", cwd=root)
     assert bad.returncode == 2 and bad.stderr.startswith("error: git rev-parse:")
     assert len(bad.stderr.strip().splitlines()) == 1
@@ -46,6 +50,11 @@ def test_a_baseline_fails_only_on_new_findings_whatever_moved(tmp_path: Path) ->
     assert "2 finding(s) not reported: known to the baseline npu-baseline.json" in recorded.stderr
     same = run_cli("scan", ".", "--baseline", "npu-baseline.json", cwd=root)
     assert same.returncode == 0, same.stdout
+    said = " ".join(same.stdout.split())
+    assert (
+        "No finding to report in 2 file(s) read: 2 finding(s) known to the baseline npu-baseline.json."
+        in said
+    )
     (root / "a.py").write_text("# a header\n\n" + CUDA_FILE + "torch.cuda.empty_cache()\n")
     moved = run_cli("scan", ".", "--baseline", "npu-baseline.json", "--format", "json", cwd=root)
     assert moved.returncode == 1

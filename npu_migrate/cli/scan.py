@@ -92,6 +92,7 @@ def scan(
     if update_baseline and baseline is not None:
         recorded = write_baseline(baseline, outcomes)
         common.err.print(f"recorded {recorded} finding(s) in the baseline {baseline}")
+    dropped: list[tuple[int, str]] = []  # (findings, why) the filters below leave out
     if diff_from is not None:
         try:
             changed = changed_lines(next((p for p in paths if p.exists()), Path.cwd()), diff_from)
@@ -101,14 +102,15 @@ def scan(
             outcomes,
             lambda o, f: touches(changed, o.file.path, f.line, f.end_line),
             f"on lines unchanged since {diff_from}",
+            dropped,
         )
     if baseline is not None:  # after --update-baseline, every finding is known
         try:
             new = new_findings(outcomes, read_baseline(baseline))
         except BaselineError as exc:
             common.fail(str(exc))
-        outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}")
-    summary = Summary.of(outcomes)
+        outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}", dropped)
+    summary = replace(Summary.of(outcomes), not_reported=dropped)
     catalog = functools.cache(lambda: {r.code: r for r in common.load(chosen_rules.extra_rules)})  # if asked
     output.write_reports(chosen, Report(outcomes, summary, catalog, gate))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
@@ -123,9 +125,13 @@ def scan(
 
 
 def _only(
-    outcomes: list[FileOutcome], keep: Callable[[FileOutcome, Finding], bool], dropped_because: str
+    outcomes: list[FileOutcome],
+    keep: Callable[[FileOutcome, Finding], bool],
+    dropped_because: str,
+    dropped: list[tuple[int, str]],
 ) -> list[FileOutcome]:
-    """The outcomes with only the findings `keep` keeps; how many went, said on stderr."""
+    """The outcomes with only the findings `keep` keeps; how many went, said on stderr and added
+    to `dropped` (the summary says it where nothing is left to report)."""
     kept = [
         replace(o, result=replace(o.result, findings=[f for f in o.result.findings if keep(o, f)]))
         for o in outcomes
@@ -133,4 +139,5 @@ def _only(
     gone = sum(len(o.result.findings) for o in outcomes) - sum(len(o.result.findings) for o in kept)
     if gone:
         common.err.print(f"{gone} finding(s) not reported: {dropped_because}")
+        dropped.append((gone, f"finding(s) {dropped_because}"))
     return kept

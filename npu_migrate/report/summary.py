@@ -4,7 +4,7 @@ the most manual work, and every finding as a plain record that output formats sh
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from npu_migrate.discover import IGNORED, IGNORED_FOLDER, kind_of
 from npu_migrate.engine.reasons import DUAL_PATH
@@ -61,6 +61,7 @@ class Summary:
     unused_suppressions: list[tuple[str, int]]  # (file, line) of comments that silenced nothing
     held_by_reason: list[tuple[str, int]]  # model.Hold.reason -> held findings, most first
     dual_path_files: list[str]  # files that already keep a path for the NPU beside CUDA
+    not_reported: list[tuple[int, str]] = field(default_factory=list)  # (findings, why): baseline, diff
 
     @property
     def nothing_read(self) -> bool:

@@ -49,10 +49,15 @@ def print_summary(console: Console, summary: Summary) -> None:
     print_problems(console, summary)
     if not summary.findings:
         read = summary.files - len(summary.skipped) - len(summary.errors) - len(summary.unread)
+        unread = len(summary.unread) + len(summary.errors)
+        left = f"; {unread} file(s) not read or failed (above)" if unread else ""
         if summary.nothing_read:
             console.print(f"Nothing was read: all {summary.files} file(s) were skipped.")
+        elif summary.not_reported:
+            why = "; ".join(f"{count} {because}" for count, because in summary.not_reported)
+            console.print(f"No finding to report in {read} file(s) read: {why}{left}.")
         else:
-            console.print(f"No CUDA-specific code found in {read} file(s) read.")
+            console.print(f"No CUDA-specific code found in {read} file(s) read{left}.")
         return
     table = Table(title="CUDA touchpoints by category", title_justify="left")
     table.add_column("category")
