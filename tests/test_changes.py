@@ -39,8 +39,39 @@ def test_diff_from_reports_only_changed_lines_and_new_files(tmp_path: Path) -> N
         "No finding to report in 1 file(s) read: 2 finding(s) on lines unchanged since HEAD." in clean.stdout
     )
     bad = run_cli("scan", ".", "--diff-from", "no-such-rev", cwd=root)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: git rev-parse:")
+    assert bad.returncode == 2 and bad.stderr.startswith(
+        "error: --diff-from no-such-rev: no-such-rev is no commit"
+    )
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_diff_from_charges_a_branch_with_what_it_adds_since_it_forked(tmp_path: Path) -> None:
+    """main gains a CUDA call after the branch forked: the branch's gate, run on its own head as
+    GitLab merge-request pipelines and developers run it, is charged only with its own call,
+    whether it names `main` or `main...HEAD`; `main...feature` from main's side says the same."""
+    root = project(tmp_path, {"a.py": "import torch\n"})
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "base")
+    git(root, "checkout", "-qb", "feature")
+    (root / "b.py").write_text("import torch\ntorch.cuda.manual_seed(0)\n")
+    git(root, "add", "b.py")
+    git(root, "commit", "-qm", "the branch's CUDA call")
+    git(root, "checkout", "-q", "main")
+    (root / "a.py").write_text("import torch\ntorch.cuda.empty_cache()\n")
+    git(root, "commit", "-qam", "main changes after the fork")
+    git(root, "checkout", "-q", "feature")
+    for rev in ("main", "main...HEAD", "main...feature"):
+        result = run_cli("scan", ".", "--diff-from", rev, "--format", "json", cwd=root)
+        assert result.returncode == 1, (rev, result.stderr)
+        assert found(result) == [("b.py", 2, "NPU101")], rev
+    git(root, "checkout", "-q", "main")
+    from_main = run_cli("scan", ".", "--diff-from", "main...feature", "--format", "json", cwd=root)
+    assert found(from_main) == [], (
+        "feature's file is not checked out on main; main's own call is not the branch's"
+    )
+    bad = run_cli("scan", ".", "--diff-from", "main...nope", cwd=root)
+    assert bad.returncode == 2 and "error: --diff-from main...nope: nope is no commit" in bad.stderr
 
 
 def test_a_baseline_fails_only_on_new_findings_whatever_moved(tmp_path: Path) -> None:
