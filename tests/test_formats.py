@@ -64,6 +64,13 @@ def test_gitlab_code_quality_and_junit_and_csv(tmp_path: Path) -> None:
     assert (suites.get("tests"), suites.get("failures")) == ("3", "2"), "the note passes"
     _, out, _ = scan(root, "--format", "junit", "--fail-on", "manual")
     assert ET.fromstring(out).get("failures") == "0", "failures follow --fail-on"
+    (root / "broken.py").write_text("import torch\ndef f(:\n    x.cuda()\n")
+    out = run_cli("scan", "broken.py", "--format", "junit", cwd=root).stdout
+    suites = ET.fromstring(out)  # a file that was not read is an error, not "tests=0"
+    assert (suites.get("tests"), suites.get("errors")) == ("1", "1")
+    error = suites.find("testsuite/testcase/error")
+    assert error is not None and "cannot parse" in error.get("message", "")
+    (root / "broken.py").unlink()
     _, out, _ = scan(root, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == ["File", "Start Line", "End Line", "Operation Type", "Message"]

@@ -1,5 +1,7 @@
 """JUnit XML, for CI systems that show test reports: a test suite per file, a test case per
-finding, failed where the finding fails the gate (--fail-on; notes never do)."""
+finding, failed where the finding fails the gate (--fail-on; notes never do); a file that could
+not be read or checked is a test case in error, so the report never shows a green run that
+checked nothing."""
 
 from __future__ import annotations
 
@@ -30,7 +32,15 @@ def write(console: Console, report: Report) -> None:
                 failure.text = f"{outcome.file.display}:{f.line}:{f.column}: {f.rule.code} {message(f)}"
         total += len(findings)
         failed += len(failing)
-    suites.set("tests", str(total))
+    problems = [*report.summary.unread, *report.summary.errors]
+    for display, why in problems:
+        suite = ET.SubElement(suites, "testsuite", name=display, tests="1", failures="0", errors="1")
+        case = ET.SubElement(suite, "testcase", name="read and check the file", classname=display)
+        ET.SubElement(
+            case, "error", message=why, type="not read"
+        ).text = f"{display}: {why} (file left untouched)"
+    suites.set("tests", str(total + len(problems)))
     suites.set("failures", str(failed))
+    suites.set("errors", str(len(problems)))
     ET.indent(suites)
     console.file.write(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
