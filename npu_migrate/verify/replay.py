@@ -95,7 +95,7 @@ def _replay(
 ) -> list[Replayed]:
     args, kwargs = rebuild(call.given, lambda path, t: _original(inputs, call.key + path, t))
     handed: list[Replayed] = []
-    with _direct_callees(call, named, callees, inputs, outputs, handed), contextlib.ExitStack() as context:
+    with _direct_callees(call, named, callees, outputs, handed), contextlib.ExitStack() as context:
         for kind, dtype in call.autocast:  # as the run had it: a Linear under its parent's autocast
             context.enter_context(torch.autocast(kind, dtype=dtype))
         result = call.module(*args, **kwargs)
@@ -110,7 +110,6 @@ def _direct_callees(
     call: ModuleCall,
     named: dict[str, torch.nn.Module],
     callees: dict[str, list[str]],
-    inputs: dict[str, torch.Tensor],
     outputs: dict[str, torch.Tensor],
     handed: list[Replayed],
 ) -> Iterator[None]:
