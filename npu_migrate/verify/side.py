@@ -261,9 +261,9 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
         if request.realistic:
             _realistic_weights(model)
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        torch.save({"state_dict": state, "inputs": _to(inputs, "cpu")}, request.state)
+        handed = {"state_dict": state, "inputs": _to(inputs, "cpu")}  # saved after the forward
     else:
-        given = torch.load(request.state, weights_only=False)  # written after the original's forward
+        given = torch.load(request.state, weights_only=False)
         mapped = map_weights(given["state_dict"], request.weights_map)
         weights, report.fused_weights = fuse_weights(mapped, model.state_dict())
         try:
@@ -288,9 +288,9 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
         with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
-        if request.role == "original":  # for the migrated side's replay
+        if request.role == "original":  # with what each call got and returned, for the replay
             calls = {"call_inputs": _by_key(recorder.inputs), "call_outputs": _by_key(recorder.rows)}
-            torch.save({**torch.load(request.state, weights_only=False), **calls}, request.state)
+            torch.save({**handed, **calls}, request.state)
         else:
             from npu_migrate.verify.replay import replay
 
