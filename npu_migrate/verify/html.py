@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from npu_migrate import __version__
 from npu_migrate.verify.orchestrate import Result
-from npu_migrate.verify.report import headline
+from npu_migrate.verify.report import headline, mib, ratio, step_failures, tally
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -137,9 +137,7 @@ def _compared(result: Result) -> list[str]:
         rows.append([f"{side} versions", ", ".join(f"{k} {v}" for k, v in report.versions.items()) or "-"])
     rows.append(["npu-migrate", __version__])
     if result.migrated.fused_calls:
-        rows.append(
-            ["fused operators run", ", ".join(f"{k} x{v}" for k, v in result.migrated.fused_calls.items())]
-        )
+        rows.append(["fused operators run", tally(result.migrated.fused_calls)])
     return _section("compared", "What was compared", _table(["", ""], rows))
 
 
@@ -147,9 +145,7 @@ def _steps(comparison: Any) -> list[str]:
     header = ["step", "loss original", "loss migrated", "grad norm original", "grad norm migrated", "verdict"]
     rows, classes = [], []
     for step in comparison.steps:
-        failed = [f"gradient of {n}" for n in step["failed_grads"]] + step["failed_state"]
-        failed += [f"update to {n}" for n in step["failed_updates"]]
-        verdict = "ok" if step["passed"] else "fail: " + (", ".join(failed[:5]) or "the loss")
+        verdict = "ok" if step["passed"] else "fail: " + (", ".join(step_failures(step)[:5]) or "the loss")
         values = [
             step[k] for k in ("loss_original", "loss_migrated", "grad_norm_original", "grad_norm_migrated")
         ]
@@ -164,27 +160,21 @@ def _steps(comparison: Any) -> list[str]:
 
 
 def _memory(memory: dict[str, Any]) -> list[str]:
-    def mib(value: int | None) -> str:
-        return "-" if value is None else f"{value / 2**20:.2f} MiB"
-
-    def times(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}x"
-
     rows = [
         [
             label,
             mib(memory.get(f"{key}_original")),
             mib(memory.get(f"{key}_migrated")),
-            times(memory.get(ratio)),
+            ratio(memory.get(key_ratio)),
         ]
-        for label, key, ratio in (
+        for label, key, key_ratio in (
             ("peak", "peak", "peak_ratio"),
             ("parameters", "parameters", ""),
             ("optimizer state", "optimizer", "optimizer_ratio"),
         )
     ]
     largest = sorted(memory["activations"].items(), key=lambda item: -max(item[1]))[:8]
-    rows += [[f"activations {m}", mib(a), mib(b), times(b / a if a else None)] for m, (a, b) in largest]
+    rows += [[f"activations {m}", mib(a), mib(b), ratio(b / a if a else None)] for m, (a, b) in largest]
     return _section(
         "memory", "Memory", _table(["", "original", "migrated", "ratio"], rows), _memory_plot(memory)
     )

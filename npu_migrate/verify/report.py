@@ -17,15 +17,15 @@ from npu_migrate.verify.orchestrate import Result
 from npu_migrate.verify.tensors import Row
 
 
-def _mib(value: int | None) -> str:
+def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.2f} MiB"
 
 
-def _ratio(value: float | None) -> str:
+def ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _tally(counts: dict[str, int]) -> str:
+def tally(counts: dict[str, int]) -> str:
     """`name xN, ...`: operators by how often they appear or ran."""
     return ", ".join(f"{name} x{count}" for name, count in counts.items())
 
@@ -44,6 +44,12 @@ def _print_table(console: Console, table: Table) -> None:
         console.print(table)
     else:  # a console's own width bounds any it prints at: a wider one on the same file
         Console(file=console.file, width=PIPED_WIDTH, highlight=False, no_color=console.no_color).print(table)
+
+
+def step_failures(step: dict[str, Any]) -> list[str]:
+    """What failed in a training step, in words: gradients, then state, then updates."""
+    failed = [f"gradient of {name}" for name in step["failed_grads"]] + step["failed_state"]
+    return failed + [f"update to {name}" for name in step["failed_updates"]]
 
 
 def headline(comparison: Comparison) -> str:
@@ -71,7 +77,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
     if result.migrated.fused_calls:
-        calls = _tally(result.migrated.fused_calls)
+        calls = tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
     rows = comparison.forward_rows()
     verdict, _, rest = headline(comparison).partition(":")
@@ -109,8 +115,7 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             steps.add_column(column, justify="right")
         steps.add_column("verdict", overflow="fold")
         for step in comparison.steps:
-            failed = [f"grad {name}" for name in step["failed_grads"]] + step["failed_state"]
-            failed += [f"update to {name}" for name in step["failed_updates"]]
+            failed = step_failures(step)
             verdict = "[green]ok[/]" if step["passed"] else f"[red]fail[/] {', '.join(failed[:3])}"
             values = [
                 step[k]
@@ -133,23 +138,21 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     for column in ("", "original", "migrated", "ratio"):
         figures.add_column(column, justify="right")
     figures.add_row(
-        "peak", _mib(memory["peak_original"]), _mib(memory["peak_migrated"]), _ratio(memory["peak_ratio"])
+        "peak", mib(memory["peak_original"]), mib(memory["peak_migrated"]), ratio(memory["peak_ratio"])
     )
-    figures.add_row(
-        "parameters", _mib(memory["parameters_original"]), _mib(memory["parameters_migrated"]), ""
-    )
-    figures.add_row("optimizer state", _mib(memory["optimizer_original"]), _mib(memory["optimizer_migrated"]),
-                    _ratio(memory["optimizer_ratio"]))  # fmt: skip
+    figures.add_row("parameters", mib(memory["parameters_original"]), mib(memory["parameters_migrated"]), "")
+    figures.add_row("optimizer state", mib(memory["optimizer_original"]), mib(memory["optimizer_migrated"]),
+                    ratio(memory["optimizer_ratio"]))  # fmt: skip
     largest = sorted(memory["activations"].items(), key=lambda item: -max(item[1]))[:5]
     for module, (a, b) in largest:
-        figures.add_row(f"activations {module}", _mib(a), _mib(b), _ratio(b / a if a else None))
+        figures.add_row(f"activations {module}", mib(a), mib(b), ratio(b / a if a else None))
     original_ms, migrated_ms = memory["forward_ms"]
     emulated = result.migrated.emulated
     figures.add_row(
         "forward (median of 5, warmed up)",
         f"{original_ms:.2f} ms",
         f"{migrated_ms:.2f} ms",
-        "not comparable" if emulated else _ratio(migrated_ms / original_ms if original_ms else None),
+        "not comparable" if emulated else ratio(migrated_ms / original_ms if original_ms else None),
     )
     _print_table(console, figures)
     if emulated:
@@ -166,7 +169,7 @@ def _print_onnx(console: Console, comparison: Any) -> None:
         console.print(f"ONNX export failed: {onnx['error']}")
         return
     console.print(
-        f"ONNX: opset {onnx['opset']}, {sum(onnx['operators'].values())} nodes: {_tally(onnx['operators'])}"
+        f"ONNX: opset {onnx['opset']}, {sum(onnx['operators'].values())} nodes: {tally(onnx['operators'])}"
     )
     for row in comparison.onnx_rows:
         verdict = "[green]ok[/]" if row.passed else "[red]fail[/]"
