@@ -37,7 +37,9 @@ class Settings(BaseModel):
     exclude: list[str] = Field(default_factory=list, description="Patterns of files never read.")
     rules: list[Path] = Field(default_factory=list, description="Extra rule files or folders.")
     unsafe: bool = Field(False, description="apply also makes unsafe fixes.")
-    fail_on: FailOn = Field(FailOn.work, description="Which findings fail the gate.")
+    fail_on: FailOn = Field(
+        FailOn.warning, description="The least severe finding that fails the gate: error, warning or info."
+    )
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,11 @@ def test_ignored_rules_are_not_fixed_either(tmp_path: Path) -> None:
 
 def test_unsafe_and_fail_on_and_rules_come_from_the_config(tmp_path: Path) -> None:
     root = project(tmp_path, {"smi.py": "import pynvml\n", "a.py": CUDA_FILE})
-    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nfail-on = "manual"\n')
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nfail-on = "error"\n')
     assert run_cli("scan", ".", cwd=root).returncode == 1
-    (root / "smi.py").unlink()
-    assert run_cli("scan", ".", cwd=root).returncode == 0, "safe fixes are no human's work"
-    assert run_cli("scan", ".", "--fail-on", "work", cwd=root).returncode == 1
+    (root / "a.py").unlink()
+    assert run_cli("scan", ".", cwd=root).returncode == 0, "NPU808 is a warning, below error"
+    assert run_cli("scan", ".", "--fail-on", "warning", cwd=root).returncode == 1
     gpt = tmp_path / "gpt"
     (gpt / "src").mkdir(parents=True)
     for name in ("model.py", "entry.py"):

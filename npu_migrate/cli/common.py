@@ -57,8 +57,9 @@ FailOnOption = Annotated[
     FailOn | None,
     typer.Option(
         "--fail-on",
-        help="Which findings make the exit code 1: work (all but notes; the default), manual (only "
-        "what a human must do), error (only rules of severity error). Notes never fail.",
+        help="The least severe finding that makes the exit code 1: error (CUDA-only code that fails on "
+        "an NPU), warning (every CUDA-specific finding; the default) or info (suggestions and notes "
+        "as well: device-agnostic code that runs as it is).",
         show_default=False,
     ),
 ]

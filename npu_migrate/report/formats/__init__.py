@@ -26,7 +26,7 @@ class Report:
     outcomes: list[FileOutcome]
     summary: Summary
     rules: Callable[[], Mapping[str, Rule]]  # by code, loaded when a format asks (SARIF's descriptions)
-    fail_on: FailOn = FailOn.work  # which findings fail the gate (JUnit's failures)
+    fail_on: FailOn = FailOn.warning  # which findings fail the gate (JUnit's failures)
 
     @cached_property
     def fingerprints(self) -> dict[int, str]:

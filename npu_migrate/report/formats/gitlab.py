@@ -7,20 +7,11 @@ import json
 
 from rich.console import Console
 
-from npu_migrate.model import Finding, Severity
+from npu_migrate.model import Severity
 from npu_migrate.report.formats import Report
-from npu_migrate.report.summary import label, message
+from npu_migrate.report.summary import message
 
-
-def severity(finding: Finding) -> str:
-    """Notes are info; work a rule fixes is minor; what a human must do is major (critical for a
-    rule of severity error)."""
-    kind = label(finding)
-    if kind == "note":
-        return "info"
-    if kind in ("safe", "unsafe"):
-        return "minor"
-    return "critical" if finding.rule.severity is Severity.error else "major"
+SEVERITY = {Severity.error: "critical", Severity.warning: "major", Severity.info: "info"}
 
 
 def write(console: Console, report: Report) -> None:
@@ -30,7 +21,7 @@ def write(console: Console, report: Report) -> None:
             "description": f"{f.rule.code} {message(f)}",
             "check_name": f.rule.code,
             "fingerprint": prints[id(f)],
-            "severity": severity(f),
+            "severity": SEVERITY[f.rule.severity],
             "location": {"path": o.file.display, "lines": {"begin": f.line, "end": f.end_line}},
         }
         for o in report.outcomes
