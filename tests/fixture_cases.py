@@ -17,14 +17,18 @@ FIXTURES = ROOT / "fixtures"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "src").is_dir())
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The installed console entry point, as a user runs it."""
+CI_ROOTS = ("GITHUB_WORKSPACE", "CI_PROJECT_DIR")  # where a CI system's report paths start
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed console entry point, as a user runs it (outside CI unless `env` says so)."""
+    outside_ci = {name: value for name, value in os.environ.items() if name not in CI_ROOTS}
     return subprocess.run(
         [sys.executable, "-m", "npu_migrate", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**outside_ci, "COLUMNS": "200", **(env or {})},
         check=False,
     )
 

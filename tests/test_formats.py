@@ -56,14 +56,14 @@ def test_gitlab_code_quality_and_junit_and_csv(tmp_path: Path) -> None:
     _, out, _ = scan(root, "--format", "gitlab")
     issues = json.loads(out)
     severities = {i["check_name"]: i["severity"] for i in issues}
-    assert severities == {"NPU101": "minor", "NPU103": "minor", "NPU908": "info"}
+    assert severities == {"NPU101": "critical", "NPU103": "critical", "NPU908": "info"}, "by rule severity"
     assert len({i["fingerprint"] for i in issues}) == 3
     assert all(set(i) == {"description", "check_name", "fingerprint", "severity", "location"} for i in issues)
     _, out, _ = scan(root, "--format", "junit")
     suites = ET.fromstring(out)
     assert (suites.get("tests"), suites.get("failures")) == ("3", "2"), "the note passes"
-    _, out, _ = scan(root, "--format", "junit", "--fail-on", "manual")
-    assert ET.fromstring(out).get("failures") == "0", "failures follow --fail-on"
+    _, out, _ = scan(root, "--format", "junit", "--fail-on", "info")
+    assert ET.fromstring(out).get("failures") == "3", "failures follow --fail-on"
     (root / "broken.py").write_text("import torch\ndef f(:\n    x.cuda()\n")
     out = run_cli("scan", "broken.py", "--format", "junit", cwd=root).stdout
     suites = ET.fromstring(out)  # a file that was not read is an error, not "tests=0"

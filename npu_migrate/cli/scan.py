@@ -17,6 +17,7 @@ from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.git import GitError
 from npu_migrate.gitdiff import changed_lines, touches
 from npu_migrate.model import FileOutcome, Finding
+from npu_migrate.report.anchor import repository_root
 from npu_migrate.report.baseline import (
     BaselineError,
     check_replaceable,
@@ -89,8 +90,10 @@ def scan(
         files = common.find_files(common.existing(paths), max_size)
     common.never_over_a_source([file for _, file in chosen] + ([baseline] if update_baseline else []), files)
     outcomes = selection.run_selected(files, chosen_rules, frozenset(), jobs, use_cache=not no_cache)
+    config_file = chosen_rules.run_config.path
+    root = functools.cache(lambda: repository_root(named[0], config_file.parent if config_file else None))
     if update_baseline and baseline is not None:
-        recorded = write_baseline(baseline, outcomes)
+        recorded = write_baseline(baseline, outcomes, root())
         common.err.print(f"recorded {recorded} finding(s) in the baseline {baseline}")
     dropped: list[tuple[int, str]] = []  # (findings, why) the filters below leave out
     if diff_from is not None:
@@ -106,13 +109,13 @@ def scan(
         )
     if baseline is not None:  # after --update-baseline, every finding is known
         try:
-            new = new_findings(outcomes, read_baseline(baseline))
+            new = new_findings(outcomes, read_baseline(baseline), root())
         except BaselineError as exc:
             common.fail(str(exc))
         outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}", dropped)
     summary = replace(Summary.of(outcomes), not_reported=dropped)
     catalog = functools.cache(lambda: {r.code: r for r in common.load(chosen_rules.extra_rules)})  # if asked
-    output.write_reports(chosen, Report(outcomes, summary, catalog, gate))
+    output.write_reports(chosen, Report(outcomes, summary, catalog, root, gate))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
     if add_ignore:
         failing = {id(f): f for f in findings if gate.fails(f)}

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from npu_migrate.model import FileOutcome
+from npu_migrate.report.anchor import anchored
 from npu_migrate.report.fingerprint import fingerprints
 from npu_migrate.write import write_output
 
@@ -41,10 +42,16 @@ def check_replaceable(path: Path) -> None:
             raise BaselineError(f"{path} exists and is not an npu-migrate baseline; not replaced") from None
 
 
-def write_baseline(path: Path, outcomes: list[FileOutcome]) -> int:
-    prints = fingerprints(outcomes)
+def write_baseline(path: Path, outcomes: list[FileOutcome], root: Path) -> int:
+    """Record every finding, its file named from the repository's `root` (see report.anchor)."""
+    prints = fingerprints(outcomes, root)
     findings = [
-        {"fingerprint": prints[id(f)], "file": o.file.display, "line": f.line, "code": f.rule.code}
+        {
+            "fingerprint": prints[id(f)],
+            "file": anchored(o.file.path, root),
+            "line": f.line,
+            "code": f.rule.code,
+        }
         for o in outcomes
         for f in o.result.findings
     ]
@@ -52,10 +59,10 @@ def write_baseline(path: Path, outcomes: list[FileOutcome]) -> int:
     return len(findings)
 
 
-def new_findings(outcomes: list[FileOutcome], known: Counter[str]) -> set[int]:
+def new_findings(outcomes: list[FileOutcome], known: Counter[str], root: Path) -> set[int]:
     """The ids of the findings the baseline does not hold (as many of a fingerprint as it holds
     are known; one more is new)."""
-    prints = fingerprints(outcomes)
+    prints = fingerprints(outcomes, root)
     left = Counter(known)
     new = set()
     for outcome in outcomes:

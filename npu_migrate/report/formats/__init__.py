@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from npu_migrate.model import FileOutcome
+from npu_migrate.report.anchor import anchored
 from npu_migrate.report.fingerprint import fingerprints
 from npu_migrate.report.gate import FailOn
 from npu_migrate.report.summary import Summary
@@ -26,12 +28,22 @@ class Report:
     outcomes: list[FileOutcome]
     summary: Summary
     rules: Callable[[], Mapping[str, Rule]]  # by code, loaded when a format asks (SARIF's descriptions)
+    repository: Callable[[], Path]  # the root a CI system's paths start from (report.anchor), when asked
     fail_on: FailOn = FailOn.warning  # which findings fail the gate (JUnit's failures)
+
+    @cached_property
+    def root(self) -> Path:
+        return self.repository()
 
     @cached_property
     def fingerprints(self) -> dict[int, str]:
         """Each finding's fingerprint by id(): computed once for every format of the run."""
-        return fingerprints(self.outcomes)
+        return fingerprints(self.outcomes, self.root)
+
+    def path(self, file: Path | str, root: str | None = None) -> str:
+        """A file as a CI system names it: from `root` (a CI variable's value, where set), else
+        from the repository's root."""
+        return anchored(file, Path(root) if root else self.root)
 
 
 Writer = Callable[[Console, Report], None]

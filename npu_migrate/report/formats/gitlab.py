@@ -1,9 +1,11 @@
-"""GitLab code quality (a JSON list of issues, as `artifacts:reports:codequality` reads it)."""
+"""GitLab code quality (a JSON list of issues, as `artifacts:reports:codequality` reads it), each
+path from `CI_PROJECT_DIR` (where set, as GitLab anchors them), else the repository's root."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from rich.console import Console
 
@@ -16,13 +18,17 @@ SEVERITY = {Severity.error: "critical", Severity.warning: "major", Severity.info
 
 def write(console: Console, report: Report) -> None:
     prints = report.fingerprints
+    project = os.environ.get("CI_PROJECT_DIR")
     issues = [
         {
             "description": f"{f.rule.code} {message(f)}",
             "check_name": f.rule.code,
             "fingerprint": prints[id(f)],
             "severity": SEVERITY[f.rule.severity],
-            "location": {"path": o.file.display, "lines": {"begin": f.line, "end": f.end_line}},
+            "location": {
+                "path": report.path(o.file.path, project),
+                "lines": {"begin": f.line, "end": f.end_line},
+            },
         }
         for o in report.outcomes
         for f in o.result.findings
@@ -32,7 +38,7 @@ def write(console: Console, report: Report) -> None:
             "check_name": "not-read",
             "fingerprint": hashlib.sha256(f"not-read\0{display}".encode()).hexdigest(),
             "severity": "critical",
-            "location": {"path": display, "lines": {"begin": 1, "end": 1}},
+            "location": {"path": report.path(display, project), "lines": {"begin": 1, "end": 1}},
         }
         for display, why in report.summary.unread + report.summary.errors
     ]

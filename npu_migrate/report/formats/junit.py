@@ -21,24 +21,27 @@ def write(console: Console, report: Report) -> None:
         if not findings:
             continue
         failing = [f for f in findings if report.fail_on.fails(f)]
-        suite = ET.SubElement(suites, "testsuite", name=outcome.file.display)
+        name = report.path(outcome.file.path)
+        suite = ET.SubElement(suites, "testsuite", name=name)
         suite.set("tests", str(len(findings)))
         suite.set("failures", str(len(failing)))
         for f in findings:
-            name = f"{f.rule.code} at {f.line}:{f.column}"
-            case = ET.SubElement(suite, "testcase", name=name, classname=outcome.file.display)
+            case = ET.SubElement(
+                suite, "testcase", name=f"{f.rule.code} at {f.line}:{f.column}", classname=name
+            )
             if f in failing:
                 failure = ET.SubElement(case, "failure", message=message(f), type=label(f))
-                failure.text = f"{outcome.file.display}:{f.line}:{f.column}: {f.rule.code} {message(f)}"
+                failure.text = f"{name}:{f.line}:{f.column}: {f.rule.code} {message(f)}"
         total += len(findings)
         failed += len(failing)
     problems = [*report.summary.unread, *report.summary.errors]
     for display, why in problems:
-        suite = ET.SubElement(suites, "testsuite", name=display, tests="1", failures="0", errors="1")
-        case = ET.SubElement(suite, "testcase", name="read and check the file", classname=display)
+        name = report.path(display)
+        suite = ET.SubElement(suites, "testsuite", name=name, tests="1", failures="0", errors="1")
+        case = ET.SubElement(suite, "testcase", name="read and check the file", classname=name)
         ET.SubElement(
             case, "error", message=why, type="not read"
-        ).text = f"{display}: {why} (file left untouched)"
+        ).text = f"{name}: {why} (file left untouched)"
     suites.set("tests", str(total + len(problems)))
     suites.set("failures", str(failed))
     suites.set("errors", str(len(problems)))

@@ -1,6 +1,7 @@
 """SARIF 2.1.0, as GitHub code scanning reads it: the rules with their pages as help, each
 finding with its region, a fingerprint that survives edits above it, and the fix where the rule
-has one (a replacement of the finding's region)."""
+has one (a replacement of the finding's region). Paths are relative to the repository's root,
+named `%SRCROOT%` in `originalUriBaseIds`, whichever folder the scan ran from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 
@@ -16,6 +18,7 @@ from npu_migrate.report.formats import Report
 from npu_migrate.report.summary import label, message
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+ROOT = "%SRCROOT%"
 LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
 
 
@@ -24,7 +27,7 @@ def write(console: Console, report: Report) -> None:
     index = {code: i for i, code in enumerate(codes)}
     prints = report.fingerprints
     results = [
-        _result(o.file.display, f, index[f.rule.code], prints[id(f)])
+        _result(_artifact(report.path(o.file.path)), f, index[f.rule.code], prints[id(f)])
         for o in report.outcomes
         for f in o.result.findings
     ]
@@ -40,6 +43,7 @@ def write(console: Console, report: Report) -> None:
                         "rules": [_rule(code, report) for code in codes],
                     }
                 },
+                "originalUriBaseIds": {ROOT: {"uri": report.root.absolute().as_uri() + "/"}},
                 "results": results,
                 "invocations": [
                     {
@@ -80,9 +84,14 @@ def _rule(code: str, report: Report) -> dict[str, Any]:
     }
 
 
-def _result(display: str, finding: Finding, rule_index: int, fingerprint: str) -> dict[str, Any]:
-    path = Path(display)  # relative to where the scan started, as code scanning expects; else a file URI
-    location = {"uri": path.as_uri() if path.is_absolute() else path.as_posix()}
+def _artifact(path: str) -> dict[str, str]:
+    """A file from the repository's root, as code scanning expects; one outside it, a file URI."""
+    if Path(path).is_absolute():
+        return {"uri": Path(path).as_uri()}
+    return {"uri": quote(path), "uriBaseId": ROOT}
+
+
+def _result(location: dict[str, str], finding: Finding, rule_index: int, fingerprint: str) -> dict[str, Any]:
     region = {
         "startLine": finding.line,
         "startColumn": finding.column,
