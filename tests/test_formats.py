@@ -111,7 +111,14 @@ def test_sarif_validates_against_the_published_schema(tmp_path: Path) -> None:
     from tests.sources import SARIF_SCHEMA, fetch
 
     schema = json.loads((fetch(SARIF_SCHEMA) / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
-    root = project(tmp_path, {"cuda.py": CUDA_FILE, "note.py": NOTE_ONLY, "broken.py": "x = torch.cuda.f(\n"})
+    unused = "x = 1  # npu-migrate: ignore[NPU103]\n"  # a result of the tool's own rule
+    files = {
+        "cuda.py": CUDA_FILE,
+        "note.py": NOTE_ONLY,
+        "broken.py": "x = torch.cuda.f(\n",
+        "unused.py": unused,
+    }
+    root = project(tmp_path, files)
     code, out, _ = scan(root, "--format", "sarif")
     assert code == 1, "the file that cannot be parsed fails the gate"
     log = json.loads(out)

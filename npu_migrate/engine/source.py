@@ -38,7 +38,7 @@ from npu_migrate.engine.regions import (
     regions,
     split_lines,
 )
-from npu_migrate.engine.suppressions import MARKER, Suppressions
+from npu_migrate.engine.suppressions import Suppressions, marked
 from npu_migrate.engine.transformer import Transformer
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
 from npu_migrate.prefilter import accessed, word_counts
@@ -55,7 +55,7 @@ def migrate_source(
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
     if not index.prefilter.may_match(text, counts.keys() | _spelled_by_the_module(text, where)):
-        return FileResult(unused_suppressions=Suppressions.of(source).unused() if MARKER in source else [])
+        return FileResult(unused_suppressions=Suppressions.of(source).unused() if marked(source) else [])
     found = scan_regions(source, index, enabled, counts, where)
     if found is not None and not any(f.applied for f in found.findings):
         return found
@@ -90,7 +90,7 @@ def scan_regions(
     """The findings, from the regions where a rule can match; None when the file must be parsed
     whole (an encoding or syntax the stdlib parser refuses, a rule with no anchor, regions that
     libcst will not parse)."""
-    if index.anchors.anywhere or MARKER in source:  # suppressions need the whole file's positions
+    if index.anchors.anywhere or marked(source):  # suppressions need the whole file's positions
         return None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
@@ -165,7 +165,7 @@ def migrate_whole(
         return FileResult(error=refused.why)
     table = ImportTable.of(module, where)
     words = word_counts(source.decode("latin-1")) if words is None else words
-    suppressions = Suppressions.of(source) if MARKER in source else None
+    suppressions = Suppressions.of(source) if marked(source) else None
     spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
     plan = index.names.plan(table)
     model = functools.partial(_program, _text(source), where=where)

@@ -30,6 +30,10 @@ def location(finding: Finding) -> str:
     return (f"cell {finding.cell}:" if finding.cell else "") + f"{finding.line}:{finding.column}"
 
 
+UNUSED = "unused-suppression"  # how machine formats name a suppression that suppressed nothing
+UNUSED_WHY = "this suppression comment suppresses nothing; remove it"
+
+
 def label(finding: Finding) -> str:
     """How reports label a finding: its fix's class (`safe`, `unsafe`), `held` (the rule has a fix
     that engine.holds kept from this code), `manual` (a human must act) or `note` (worth knowing,
@@ -67,6 +71,22 @@ class Summary:
     def nothing_read(self) -> bool:
         """Files were named or found, and every one was skipped: the run checked nothing."""
         return bool(self.files or self.ignored) and len(self.skipped) == self.files
+
+    def why_nothing_read(self, shown: int = 3) -> str:
+        """Why every file was skipped, in a line: the files named under each reason (the first
+        `shown` of them) and what .gitignore hid."""
+        by_reason: dict[str, list[str]] = {}
+        for display, reason in self.skipped:
+            by_reason.setdefault(reason, []).append(display)
+        parts = [
+            ", ".join(files[:shown]) + (f" and {len(files) - shown} more" if len(files) > shown else "")
+            + f": {reason}"
+            for reason, files in by_reason.items()
+        ]
+        if self.ignored:
+            hidden = [f"{n} {kind}(s)" for kind, n in sorted(self.ignored.items()) if n]
+            parts.append(f"{' and '.join(hidden)} {IGNORED}")
+        return "; ".join(parts)
 
     @property
     def manual(self) -> int:

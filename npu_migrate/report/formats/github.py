@@ -9,7 +9,7 @@ from rich.console import Console
 
 from npu_migrate.model import Severity
 from npu_migrate.report.formats import Report
-from npu_migrate.report.summary import label, message
+from npu_migrate.report.summary import UNUSED, UNUSED_WHY, label, message
 
 COMMAND = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
 
@@ -35,3 +35,6 @@ def write(console: Console, report: Report) -> None:
     for display, why in report.summary.unread + report.summary.errors:
         name = _property(report.path(display, workspace))
         console.file.write(f"::error file={name},title=not read::{_data(why)}\n")
+    for display, line in report.summary.unused_suppressions:  # hygiene: a notice, never failing
+        name = _property(report.path(display, workspace))
+        console.file.write(f"::notice file={name},line={line},title={UNUSED}::{_data(UNUSED_WHY)}\n")

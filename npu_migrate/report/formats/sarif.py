@@ -15,7 +15,7 @@ from rich.console import Console
 
 from npu_migrate.model import Finding, Severity
 from npu_migrate.report.formats import Report
-from npu_migrate.report.summary import label, message
+from npu_migrate.report.summary import UNUSED, UNUSED_WHY, label, message
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ROOT = "%SRCROOT%"
@@ -31,6 +31,26 @@ def write(console: Console, report: Report) -> None:
         for o in report.outcomes
         for f in o.result.findings
     ]
+    rules = [_rule(code, report) for code in codes]
+    if report.summary.unused_suppressions:  # hygiene, a note: a rule of the tool's own
+        rules.append({"id": UNUSED, "shortDescription": {"text": UNUSED_WHY}})
+        results += [
+            {
+                "ruleId": UNUSED,
+                "ruleIndex": len(codes),
+                "level": "note",
+                "message": {"text": UNUSED_WHY},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": _artifact(report.path(display)),
+                            "region": {"startLine": line},
+                        }
+                    }
+                ],
+            }
+            for display, line in report.summary.unused_suppressions
+        ]
     log = {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -40,7 +60,7 @@ def write(console: Console, report: Report) -> None:
                     "driver": {
                         "name": "npu-migrate",
                         "version": version("npu-migrate"),
-                        "rules": [_rule(code, report) for code in codes],
+                        "rules": rules,
                     }
                 },
                 "originalUriBaseIds": {ROOT: {"uri": report.root.absolute().as_uri() + "/"}},

@@ -9,7 +9,7 @@ from rich.table import Table
 from npu_migrate.discover import IGNORED, printable
 from npu_migrate.model import Finding
 from npu_migrate.report.formats import Report
-from npu_migrate.report.summary import Summary, all_findings, label, location, message
+from npu_migrate.report.summary import UNUSED_WHY, Summary, all_findings, label, location, message
 
 
 def write(console: Console, report: Report) -> None:
@@ -42,7 +42,7 @@ def print_problems(console: Console, summary: Summary) -> None:
         files, folders = summary.ignored["file"], summary.ignored["folder"]
         console.print(f"[yellow]skipped[/] {files} file(s) and {folders} folder(s) {IGNORED}")
     for display, line in summary.unused_suppressions:
-        console.print(f"[yellow]unused suppression[/] {display}:{line}: it suppresses nothing; remove it")
+        console.print(f"[yellow]unused suppression[/] {display}:{line}: {UNUSED_WHY}")
 
 
 def print_summary(console: Console, summary: Summary) -> None:
