@@ -30,6 +30,10 @@ def test_the_scan_hook_stops_new_cuda_code(tmp_path: Path) -> None:
     assert run_hook("npu-migrate-scan", root, "clean.py").returncode == 0
     stopped = run_hook("npu-migrate-scan", root, "clean.py", "cuda.py")
     assert stopped.returncode == 1 and "cuda.py:3:5: NPU103 [safe]" in stopped.stdout
+    assert len(stopped.stdout.splitlines()) == 2, "--quiet: the findings, no summary table per batch"
+    assert stopped.stderr.strip() == "exit 1: 2 finding(s) at or above --fail-on warning"
+    passed = run_hook("npu-migrate-scan", root, "clean.py")
+    assert (passed.stdout, passed.stderr) == ("", ""), "a batch that passes says nothing"
 
 
 def test_the_apply_hook_rewrites_and_leaves_no_change_list(tmp_path: Path) -> None:

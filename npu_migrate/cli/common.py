@@ -71,17 +71,33 @@ ConfigOption = Annotated[
         "nearest pyproject.toml with the table above the first path).",
     ),
 ]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print only the findings and the files that could not be read: no summary, and no last "
+        "line where the gate passes (a pre-commit hook's run, batch after batch).",
+    ),
+]
 ExitZero = Annotated[
     bool, typer.Option("--exit-zero", help="Exit 0 even where findings remain (2 still means an error).")
 ]
 
 
 def finish(
-    findings: list[Finding], fail_on: FailOn, exit_zero: bool, failed: str = "", unread: int = 0
+    findings: list[Finding],
+    fail_on: FailOn,
+    exit_zero: bool,
+    failed: str = "",
+    unread: int = 0,
+    quiet: bool = False,
 ) -> NoReturn:
-    """End the run with the gate's exit code, and a last line on stderr that says what it means."""
+    """End the run with the gate's exit code, and a last line on stderr that says what it means
+    (under --quiet, only where the gate fails)."""
     code, meaning = verdict(findings, fail_on, exit_zero, failed, unread)
-    err.print(meaning, style="dim" if code == 0 else None)
+    if code or not quiet:
+        err.print(meaning, style="dim" if code == 0 else None)
     raise typer.Exit(code)
 
 

@@ -45,6 +45,7 @@ def scan(
     ignore: selection.Ignore = None,
     fail_on: common.FailOnOption = None,
     exit_zero: common.ExitZero = False,
+    quiet: common.Quiet = False,
     diff_from: Annotated[
         str | None,
         typer.Option(help="Report only findings on lines changed since this git revision (and new files)."),
@@ -106,16 +107,18 @@ def scan(
             lambda o, f: touches(changed, o.file.path, f.line, f.end_line),
             f"on lines unchanged since {diff_from}",
             dropped,
+            quiet,
         )
     if baseline is not None:  # after --update-baseline, every finding is known
         try:
             new = new_findings(outcomes, read_baseline(baseline), root())
         except BaselineError as exc:
             common.fail(str(exc))
-        outcomes = _only(outcomes, lambda o, f: id(f) in new, f"known to the baseline {baseline}", dropped)
+        known = f"known to the baseline {baseline}"
+        outcomes = _only(outcomes, lambda o, f: id(f) in new, known, dropped, quiet)
     summary = replace(Summary.of(outcomes), not_reported=dropped)
     catalog = functools.cache(lambda: {r.code: r for r in common.load(chosen_rules.extra_rules)})  # if asked
-    output.write_reports(chosen, Report(outcomes, summary, catalog, root, gate))
+    output.write_reports(chosen, Report(outcomes, summary, catalog, root, gate, quiet))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
     if add_ignore:
         failing = {id(f): f for f in findings if gate.fails(f)}
@@ -124,7 +127,7 @@ def scan(
         for finding_at in added.unplaced:
             common.err.print(f"[yellow]not suppressed[/] {finding_at}")
         findings = [f for f in findings if id(f) not in added.suppressed]
-    common.finish(findings, gate, exit_zero, tool_failure(summary), len(summary.unread))
+    common.finish(findings, gate, exit_zero, tool_failure(summary), len(summary.unread), quiet)
 
 
 def _only(
@@ -132,15 +135,17 @@ def _only(
     keep: Callable[[FileOutcome, Finding], bool],
     dropped_because: str,
     dropped: list[tuple[int, str]],
+    quiet: bool,
 ) -> list[FileOutcome]:
-    """The outcomes with only the findings `keep` keeps; how many went, said on stderr and added
-    to `dropped` (the summary says it where nothing is left to report)."""
+    """The outcomes with only the findings `keep` keeps; how many went, said on stderr (but under
+    --quiet) and added to `dropped` (the summary says it where nothing is left to report)."""
     kept = [
         replace(o, result=replace(o.result, findings=[f for f in o.result.findings if keep(o, f)]))
         for o in outcomes
     ]
     gone = sum(len(o.result.findings) for o in outcomes) - sum(len(o.result.findings) for o in kept)
     if gone:
-        common.err.print(f"{gone} finding(s) not reported: {dropped_because}")
+        if not quiet:
+            common.err.print(f"{gone} finding(s) not reported: {dropped_because}")
         dropped.append((gone, f"finding(s) {dropped_because}"))
     return kept

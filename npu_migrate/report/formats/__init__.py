@@ -30,6 +30,7 @@ class Report:
     rules: Callable[[], Mapping[str, Rule]]  # by code, loaded when a format asks (SARIF's descriptions)
     repository: Callable[[], Path]  # the root a CI system's paths start from (report.anchor), when asked
     fail_on: FailOn = FailOn.warning  # which findings fail the gate (JUnit's failures)
+    quiet: bool = False  # the text report without its summary (--quiet)
 
     @cached_property
     def root(self) -> Path:

@@ -14,7 +14,10 @@ from npu_migrate.report.summary import UNUSED_WHY, Summary, all_findings, label,
 
 def write(console: Console, report: Report) -> None:
     print_findings(console, all_findings(report.outcomes))
-    print_summary(console, report.summary)
+    if report.quiet:  # a hook's run, batch after batch: what to fix, nothing else
+        print_unread(console, report.summary)
+    else:
+        print_summary(console, report.summary)
 
 
 def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> None:
@@ -30,12 +33,17 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
         console.print(line)
 
 
-def print_problems(console: Console, summary: Summary) -> None:
-    """Files the tool failed on, files it could not read, and files skipped on purpose."""
+def print_unread(console: Console, summary: Summary) -> None:
+    """Files the tool failed on, and files it could not read."""
     for display, error in summary.errors:
         console.print(f"[red]error[/] {display}: {escape(error)} (file left untouched)")
     for display, why in summary.unread:
         console.print(f"[red]not read[/] {display}: {escape(why)} (file left untouched)")
+
+
+def print_problems(console: Console, summary: Summary) -> None:
+    """Files the tool failed on or could not read, files skipped on purpose, stale suppressions."""
+    print_unread(console, summary)
     for display, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {display}: {reason}")
     if summary.ignored:
