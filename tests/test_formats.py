@@ -74,7 +74,39 @@ def test_gitlab_code_quality_and_junit_and_csv(tmp_path: Path) -> None:
     _, out, _ = scan(root, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == ["File", "Start Line", "End Line", "Operation Type", "Message"]
-    assert [r["Operation Type"] for r in rows] == ["UNSUPPORTED", "UNSUPPORTED", "NOTE"]
+    assert [r["Operation Type"] for r in rows] == ["TO MODIFY", "TO MODIFY", "NOTE"]
+
+
+def test_a_scans_csv_says_what_apply_would_do_with_each_finding(tmp_path: Path) -> None:
+    """Operation types as the change list has them: a safe fix not yet made is TO MODIFY (an apply
+    writes MODIFY for it), one only --unsafe makes a SUGGESTION, what needs a human UNSUPPORTED."""
+    guard = "import torch\nif torch.cuda.is_available():\n    major = torch.cuda.get_device_capability()\n"
+    files = {
+        "cuda.py": CUDA_FILE,
+        "graph.py": "import torch\ng = torch.cuda.CUDAGraph()\n",
+        "guard.py": guard,
+    }
+    root = project(tmp_path, {**files, "note.py": NOTE_ONLY})
+    _, out, _ = scan(root, "--format", "csv")
+    rows = [
+        (r["File"], r["Start Line"], r["Operation Type"], r["Message"])
+        for r in csv.DictReader(io.StringIO(out))
+    ]
+    assert [row[:3] for row in rows] == [
+        ("cuda.py", "3", "TO MODIFY"),
+        ("cuda.py", "4", "TO MODIFY"),
+        ("graph.py", "2", "SUGGESTION"),
+        ("guard.py", "2", "UNSUPPORTED"),  # held back: it guards CUDA code left
+        ("guard.py", "3", "UNSUPPORTED"),
+        ("note.py", "3", "NOTE"),
+    ]
+    assert rows[0][3].endswith("→ torch.zeros(2).npu() (apply makes this edit)")
+    assert rows[2][3].endswith("→ torch.npu.NPUGraph (unsafe fix: use --unsafe)")
+    assert "(fix held back: it guards" in rows[3][3]
+    run_cli("apply", ".", "--change-list", tmp_path / "c.csv", cwd=root)
+    with (tmp_path / "c.csv").open(newline="") as handle:
+        applied = [(r["File"], r["Operation Type"]) for r in csv.DictReader(handle) if r["File"] == "cuda.py"]
+    assert applied == [("cuda.py", "INSERT"), ("cuda.py", "MODIFY"), ("cuda.py", "MODIFY")]
 
 
 def test_several_formats_in_one_run_and_clear_errors(tmp_path: Path) -> None:

@@ -106,6 +106,26 @@ def test_a_file_that_cannot_be_read_fails_like_a_finding_not_as_a_tool_error(tmp
     assert "broken.py,title=not read::line 1: cannot parse" in github
 
 
+def test_nothing_read_says_why_each_file_was_skipped(tmp_path: Path) -> None:
+    root = project(
+        tmp_path, {"README.md": "# a model\n", "notes.txt": "cuda\n", "logo.png": b"\x89PNG\r\n\0"}
+    )
+    why = (
+        "nothing was read: every file was skipped "
+        "(README.md, notes.txt, logo.png: not a kind of file npu-migrate reads)"
+    )
+    for command in (["scan", "--format", "json"], ["apply", "--dry-run"]):  # the report on stdout or not
+        result = run_cli(*command, "README.md", "notes.txt", "logo.png", cwd=root)
+        assert result.returncode == 2 and last_line(result.stderr) == f"exit 2: {why}", command
+    (root / "more").mkdir()
+    for n in range(4):
+        (root / "more" / f"{n}.md").write_text("x\n")
+    many = run_cli("scan", *(f"more/{n}.md" for n in range(4)), cwd=root)
+    assert last_line(many.stderr).endswith(
+        "(more/0.md, more/1.md, more/2.md and 1 more: not a kind of file npu-migrate reads)"
+    )
+
+
 def test_apply_fails_only_on_what_it_leaves_undone(tmp_path: Path) -> None:
     root = project(tmp_path, {"cuda.py": CUDA_FILE, "note.py": NOTE_ONLY})
     done = run_cli("apply", root, "--change-list", tmp_path / "c.csv", cwd=tmp_path)

@@ -72,9 +72,10 @@ def test_a_cell_that_does_not_parse_is_named(tmp_path: Path) -> None:
 
 def test_ci_formats_say_the_cell(tmp_path: Path) -> None:
     """SARIF and GitHub have no cells: the notebook is the location, the cell in the text."""
-    github = run_cli("scan", "train.ipynb", "--format", "github", cwd=NOTEBOOKS).stdout.splitlines()
+    shutil.copy(NOTEBOOKS / "train.ipynb", tmp_path / "train.ipynb")  # named from here: no repository
+    github = run_cli("scan", "train.ipynb", "--format", "github", cwd=tmp_path).stdout.splitlines()
     assert github[0].startswith("::warning file=train.ipynb,title=NPU830 [safe] cell 3 line 1::")
-    sarif = json.loads(run_cli("scan", "train.ipynb", "--format", "sarif", cwd=NOTEBOOKS).stdout)
+    sarif = json.loads(run_cli("scan", "train.ipynb", "--format", "sarif", cwd=tmp_path).stdout)
     first = sarif["runs"][0]["results"][0]
     assert first["properties"]["cell"] == 3 and "region" not in first["locations"][0]["physicalLocation"]
     rows = run_cli("scan", "train.ipynb", "--format", "csv", cwd=NOTEBOOKS).stdout

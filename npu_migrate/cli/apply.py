@@ -14,7 +14,7 @@ from npu_migrate.cli import common, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
 from npu_migrate.interrupt import leaving
 from npu_migrate.model import Applicability
-from npu_migrate.report.changes import write_change_list
+from npu_migrate.report.changes import ChangeListError, read_change_list, write_change_list
 from npu_migrate.report.diff import unified_diff
 from npu_migrate.report.formats.text import print_findings, print_problems
 from npu_migrate.report.gate import tool_failure
@@ -33,10 +33,23 @@ def apply(
         Path | None,
         typer.Option("--out", help="Write a migrated copy of the (single) folder here instead of in place."),
     ] = None,
-    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff of every change.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing.")] = False,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff",
+            help="Write nothing (no file, no change list): print the unified diff of what apply would "
+            "change, the summary on stderr. Exit 1 if it would change a file, else as apply would.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Write nothing: print what apply would rewrite and leave (no diff), and exit as it would.",
+        ),
+    ] = False,
     check: Annotated[
-        bool, typer.Option("--check", help="Write nothing; exit 1 if apply would change any file.")
+        bool, typer.Option("--check", help="Write nothing; exit 1 if apply would change any file, else 0.")
     ] = False,
     unsafe: Annotated[
         bool | None,
@@ -50,8 +63,9 @@ def apply(
     change_list: Annotated[
         Path | None,
         typer.Option(
-            help="Where to write the change list (.csv, and .json beside it). Default: "
-            "npu-migrate-changes.csv here, or beside the migrated folder when here is inside it.",
+            help="Where to write the change list (.csv, and .json beside it), merged with an earlier "
+            "run's. Default: npu-migrate-changes.csv here, or, where here is inside the folder "
+            "migrated, the copy or either's git repository, beside the outermost of them.",
             show_default=False,
         ),
     ] = None,
@@ -70,7 +84,7 @@ def apply(
 ) -> None:
     """Rewrite CUDA code for the NPU, in place or into a copy (--out), keeping every comment and format."""
     chosen = selection.selection(paths, config, rules, select, extend_select, ignore, fail_on)
-    dry_run = dry_run or check
+    dry_run = dry_run or check or diff
     unsafe = chosen.run_config.settings.unsafe if unsafe is None else unsafe
     if out_dir is not None:
         if len(paths) != 1 or not paths[0].is_dir():
@@ -85,8 +99,8 @@ def apply(
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
     listed = not dry_run and not no_change_list
-    change_list = change_list or _default_change_list(paths, out_dir)
-    if listed:
+    change_list = (change_list or _default_change_list(paths, out_dir)) if listed else None
+    if change_list is not None:
         common.never_over_a_source([change_list.with_suffix(".csv"), change_list.with_suffix(".json")], files)
     with leaving("no file was written"):
         outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
@@ -95,11 +109,15 @@ def apply(
         for outcome in changed:
             sys.stdout.write(unified_diff(outcome))
     written = Written()
-    if listed:  # what can fail early fails before any source is touched
-        earlier = change_list.with_suffix(".csv")
-        if earlier.exists():
-            common.err.print(f"note: the change list {earlier} of an earlier run is replaced")
-        csv_path, json_path = _ready(change_list)
+    earlier: list[dict] | None = None
+    said = ""  # what the last lines say of the change list
+    if change_list is not None:  # what can fail early fails before any source is touched
+        earlier = _earlier(change_list)
+        if earlier is not None and not changed:  # the record of an earlier run stays as it is
+            said = f"{change_list.with_suffix('.csv')} kept as an earlier run wrote it (nothing rewritten)"
+            change_list = None
+        else:
+            _ready(change_list)
     state = f"{out_dir} was not made" if out_dir else "every file is either untouched or completely rewritten"
     if not dry_run:
         try:
@@ -110,11 +128,18 @@ def apply(
         except OSError as exc:
             common.fail(f"nothing written to {out_dir}: {exc.strerror or exc}")
         outcomes = as_written(outcomes, written, paths[0] if out_dir else None, out_dir)
-        try:
-            if listed:
-                write_change_list(change_list, outcomes, written.not_written)
-        except OSError as exc:
-            common.err.print(f"[red]error:[/] cannot write the change list {csv_path}: {exc.strerror or exc}")
+        if change_list is not None:
+            csv_path, json_path = change_list.with_suffix(".csv"), change_list.with_suffix(".json")
+            try:
+                rows, kept = write_change_list(change_list, outcomes, written.not_written, earlier)
+                said = f"{csv_path} and {json_path}" + (
+                    f", {rows} row(s), {kept} of them kept from earlier runs" if earlier is not None else ""
+                )
+            except OSError as exc:
+                common.err.print(
+                    f"[red]error:[/] cannot write the change list {escape(str(csv_path))}: "
+                    f"{escape(exc.strerror or str(exc))}"
+                )
     summary = Summary.of(outcomes)
     console = common.err if diff else common.out
     left = [(display, f) for display, f in all_findings(outcomes) if not f.applied]
@@ -133,26 +158,61 @@ def apply(
         console.print(f"[red]not written[/] {escape(name)}: {escape(why)}")
     for name, note in written.notes.items():
         console.print(f"[yellow]note[/] {escape(name)}: {escape(note)}")
-    if listed:
-        console.print(f"change list: {csv_path} and {json_path}")
+    if said:
+        console.print(f"change list: {escape(said)}")
     failed = tool_failure(summary) or (
         f"{len(written.not_written)} file(s) not written" if written.not_written else ""
     )
     if check and not failed:
         common.err.print(f"exit {int(bool(changed))}: apply would change {len(changed)} file(s) (--check)")
         raise typer.Exit(1 if changed else 0)
+    if diff and changed and not failed and not exit_zero:  # as `ruff check --diff`: fixes to apply fail
+        common.err.print(f"exit 1: apply would change {len(changed)} file(s) (--diff)")
+        raise typer.Exit(1)
     common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed, len(summary.unread))
 
 
 def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
-    """Here, unless here is inside a folder being migrated (or the copy): then beside that folder,
-    so that the change list never lands in the migrated repository."""
+    """Here, unless here is inside a tree the run migrates: a folder it reads (a file's folder), the
+    copy (--out), or the git repository any of them lies in; then beside the outermost such tree
+    around here, named after it. So the change list lands neither in the migrated repository nor
+    in the source tree, whichever folder of the repository apply runs from."""
+    trees = set()
+    for tree in [*paths, *([out_dir] if out_dir else [])]:
+        folder = tree.resolve() if tree.is_dir() or tree == out_dir else tree.resolve().parent
+        trees.add(folder)
+        repository = _repository(folder)
+        if repository is not None:
+            trees.add(repository)
     here = Path.cwd().resolve()
-    for tree in [out_dir] if out_dir else paths:
-        root = tree.resolve() if tree.is_dir() or tree == out_dir else tree.resolve().parent
-        if here.is_relative_to(root):
-            return root.parent / f"{root.name}-npu-migrate-changes.csv"
-    return Path("npu-migrate-changes.csv")
+    around = [tree for tree in trees if here.is_relative_to(tree) and tree.parent != tree]
+    if not around:
+        return Path("npu-migrate-changes.csv")
+    outer = min(around, key=lambda tree: len(tree.parts))
+    return outer.parent / f"{outer.name}-npu-migrate-changes.csv"
+
+
+def _repository(folder: Path) -> Path | None:
+    """The top of the git repository (or work tree) `folder` lies in, found by its `.git`, or None;
+    a folder --out names may not exist yet: its nearest existing parent decides."""
+    for above in (folder, *folder.parents):
+        if (above / ".git").exists():
+            return above
+    return None
+
+
+def _earlier(change_list: Path) -> list[dict] | None:
+    """The rows of the change list an earlier run left at `change_list`, to merge this run's with;
+    a file there that is no change list is replaced, as a report would be, and said."""
+    try:
+        return read_change_list(change_list)
+    except ChangeListError as exc:
+        name = change_list.with_suffix(".csv")
+        common.err.print(
+            f"note: {escape(str(name))} is no change list npu-migrate can read ({escape(str(exc))}); "
+            "it is replaced"
+        )
+        return None
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:

@@ -52,5 +52,5 @@ def tool_failure(summary: Summary) -> str:
     if summary.errors:
         return f"{len(summary.errors)} file(s) the tool failed on (left untouched)"
     if summary.nothing_read:
-        return "nothing was read: every file was skipped"
+        return f"nothing was read: every file was skipped ({summary.why_nothing_read()})"
     return ""

@@ -79,7 +79,8 @@ class Summary:
         for display, reason in self.skipped:
             by_reason.setdefault(reason, []).append(display)
         parts = [
-            ", ".join(files[:shown]) + (f" and {len(files) - shown} more" if len(files) > shown else "")
+            ", ".join(files[:shown])
+            + (f" and {len(files) - shown} more" if len(files) > shown else "")
             + f": {reason}"
             for reason, files in by_reason.items()
         ]
