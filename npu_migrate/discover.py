@@ -10,11 +10,13 @@ import os
 import re
 from pathlib import Path, PurePath
 from stat import S_ISREG
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from npu_migrate.git import tracked
 from npu_migrate.model import NO_MODULE, ModulePath, SourceFile
+
+if TYPE_CHECKING:
+    import pathspec
 
 SKIP_DIRS = {
     ".git",
@@ -55,6 +57,8 @@ class _Ignores:
 
     def _add(self, base: Path, file: Path) -> None:
         if file.is_file():
+            import pathspec  # only where a .gitignore is found: a run that meets none never needs it
+
             lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
             self._specs.append((base, pathspec.GitIgnoreSpec.from_lines(lines)))
 

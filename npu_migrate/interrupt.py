@@ -5,8 +5,6 @@ process and every worker at once. Workers ignore both: only the parent decides."
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import multiprocessing
 import os
 import signal
 import sys
@@ -62,6 +60,8 @@ def exit_now(code: int) -> NoReturn:
 
 def stop_workers() -> None:
     """Kill this process's worker processes (they ignore the signals that stop a run)."""
+    import multiprocessing  # here, as ctypes below: a run that starts no worker needs neither
+
     for worker in multiprocessing.active_children():
         worker.kill()
 
@@ -70,6 +70,8 @@ def ignore_in_worker() -> None:
     """A worker process: a signal to its process group (Ctrl-C in a terminal) is its parent's;
     and where the parent is killed outright (SIGKILL, out of memory), the worker dies with it
     (Linux's parent-death signal) instead of running on, orphaned."""
+    import ctypes
+
     for each in (signal.SIGINT, signal.SIGTERM):
         signal.signal(each, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):

@@ -16,8 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +28,8 @@ from npu_migrate.interrupt import ignore_in_worker, stop_workers
 from npu_migrate.model import Applicability, FileOutcome, FileResult, ModulePath, SourceFile
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from npu_migrate.engine.index import RuleIndex
     from npu_migrate.rules.schema import Rule
 
@@ -127,6 +128,9 @@ def _run_facts(
     process: they are few, and parsed once already): mocks renamed while other files keep calling
     the mocked names, and values handed on under an attribute name other files keep comparing
     with CUDA (engine.program.run)."""
+    python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
+    if not python:
+        return outcomes  # nothing found, nothing to tell other files (nor a module to import for it)
     from npu_migrate.engine.program.run import (
         Calls,
         fixed,
@@ -137,7 +141,6 @@ def _run_facts(
         words_elsewhere,
     )
 
-    python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
     compared = kept_comparisons(python) if fixing else {}
@@ -251,6 +254,10 @@ def _supervise(
     """Run the batch on `width` workers, at most one file each at a time, until it is done, a
     file runs too long (its result says so; the pool is replaced), or a worker dies: then the
     files in flight are returned, their workers stopped."""
+    # multiprocessing is imported here, by a run that has files to look at: a run whose results
+    # are all cached (or a command that runs nothing) does not pay for it
+    from concurrent.futures import ProcessPoolExecutor
+
     memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE / width)
     pool = ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory))
     try:
@@ -272,6 +279,8 @@ def _share(
     advance: Callable[[], None],
 ) -> list[int]:
     """_supervise's work on its pool: the files in flight when a worker died (none otherwise)."""
+    from concurrent.futures.process import BrokenProcessPool
+
     running: dict[Future[FileResult], tuple[int, float]] = {}
     while batch or running:
         while batch and len(running) < width:

@@ -5,7 +5,6 @@ or left at or above it (apply), 2 usage or tool error."""
 from __future__ import annotations
 
 import signal
-from importlib.metadata import version
 from typing import Annotated
 
 import typer
@@ -37,6 +36,8 @@ typer.core.TyperOption.display_type_rich = _flags_without_a_type(typer.core.Type
 
 def _version(shown: bool) -> None:
     if shown:
+        from importlib.metadata import version  # the installed version, read when asked for
+
         common.out.print(f"npu-migrate {version('npu-migrate')}")
         raise typer.Exit()
 

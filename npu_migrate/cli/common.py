@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from npu_migrate.cache import ResultCache
 from npu_migrate.discover import discover
@@ -174,6 +173,8 @@ def progress(total: int, label: str) -> Iterator[Callable[[], None]]:
 
         yield advance
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),

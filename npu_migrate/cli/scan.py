@@ -28,7 +28,6 @@ from npu_migrate.report.baseline import (
 from npu_migrate.report.formats import Report
 from npu_migrate.report.gate import tool_failure
 from npu_migrate.report.summary import Summary
-from npu_migrate.suppress import add_suppressions
 
 
 def scan(
@@ -121,6 +120,8 @@ def scan(
     output.write_reports(chosen, Report(outcomes, summary, catalog, root, gate, quiet))
     findings = [finding for outcome in outcomes for finding in outcome.result.findings]
     if add_ignore:
+        from npu_migrate.suppress import add_suppressions  # it imports the engine: only here
+
         failing = {id(f): f for f in findings if gate.fails(f)}
         added = add_suppressions(outcomes, failing)
         common.err.print(f"added suppressions on {added.comments} line(s) in {added.files} file(s)")
