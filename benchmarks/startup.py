@@ -10,8 +10,9 @@ in a temporary folder outside any git repository and configuration. The cases:
   * npu-migrate --version and --help;
   * npu-migrate scan of one file without CUDA code (no rule can match it) and of one with a single
     `.cuda()` call, each cold (an empty cache folder for every run: the rules are loaded and
-    checked, the file looked at) and warm (one cache folder, filled by an untimed first run: the
-    file's result is in it).
+    checked, the file looked at), new (a copy of a cache folder that a scan of another file
+    filled: the rule set has run before, this file has not, a pre-commit hook's usual run) and
+    warm (one cache folder, filled by an untimed first run: the file's result is in it).
 Each case runs --repeat times (default 10), the cases taking turns so that a busy machine's load
 falls on all of them alike; the table gives the median and the fastest run, and each over the
 baseline's. PASS/FAIL compares the fastest with the target, as benchmarks/engine_speed.py does:
@@ -50,7 +51,7 @@ class Case:
     label: str
     command: list[str]
     expected_exit: int = 0
-    cache: str = "none"  # none (no scan), cold (an empty cache folder each run), warm (one, filled)
+    cache: str = "none"  # none (no scan), cold, new or warm (see the module's docstring)
     seconds: list[float] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
 
@@ -64,9 +65,26 @@ def console_script() -> list[str]:
     return [sys.executable, "-m", "npu_migrate"]
 
 
-def run(case: Case, work: Path, env: dict[str, str], extra_env: dict[str, str] | None = None) -> str:
-    """One run of the case; its stderr. A cold scan gets a cache folder of its own."""
-    cache = Path(tempfile.mkdtemp(dir=work, prefix="cold-")) if case.cache == "cold" else work / "warm"
+def cache_for(case: Case, work: Path) -> Path:
+    """The cache folder of one run: cold, an empty one; new, a copy of the seeded one."""
+    if case.cache == "cold":
+        return Path(tempfile.mkdtemp(dir=work, prefix="cold-"))
+    if case.cache == "new":
+        return Path(
+            shutil.copytree(work / "seeded", tempfile.mkdtemp(dir=work, prefix="new-"), dirs_exist_ok=True)
+        )
+    return work / "warm"
+
+
+def run(
+    case: Case,
+    work: Path,
+    env: dict[str, str],
+    extra_env: dict[str, str] | None = None,
+    cache: Path | None = None,
+) -> str:
+    """One run of the case; its stderr."""
+    cache = cache or cache_for(case, work)
     result = subprocess.run(
         case.command,
         cwd=work,
@@ -82,8 +100,9 @@ def run(case: Case, work: Path, env: dict[str, str], extra_env: dict[str, str] |
 
 
 def timed(case: Case, work: Path, env: dict[str, str]) -> None:
+    cache = cache_for(case, work)  # made before the clock starts
     start = time.perf_counter()
-    run(case, work, env)
+    run(case, work, env, cache=cache)
     case.seconds.append(time.perf_counter() - start)
 
 
@@ -111,14 +130,19 @@ def main() -> None:
         Case("npu-migrate --version", [*cli, "--version"]),
         Case("npu-migrate --help", [*cli, "--help"]),
         Case("scan, no CUDA code, cold", [*cli, "scan", "plain.py"], cache="cold"),
+        Case("scan, no CUDA code, new", [*cli, "scan", "plain.py"], cache="new"),
         Case("scan, no CUDA code, warm", [*cli, "scan", "plain.py"], cache="warm"),
         Case("scan, one .cuda() call, cold", [*cli, "scan", "cuda.py"], 1, "cold"),
+        Case("scan, one .cuda() call, new", [*cli, "scan", "cuda.py"], 1, "new"),
         Case("scan, one .cuda() call, warm", [*cli, "scan", "cuda.py"], 1, "warm"),
     ]
     with tempfile.TemporaryDirectory(prefix="npu-migrate-startup-") as folder:
         work = Path(folder)
         (work / "plain.py").write_text(PLAIN)
         (work / "cuda.py").write_text(CUDA)
+        (work / "seed.py").write_text("x = 1\n")
+        seeding = Case("seed", [*cli, "scan", "seed.py"])
+        run(seeding, work, env, cache=work / "seeded")
         for case in cases:  # untimed: bytecode written, the warm cache filled
             run(case, work, env)
             stderr = run(case, work, env, {"PYTHONPROFILEIMPORTTIME": "1"})

@@ -55,12 +55,14 @@ class RuleSource:
     without: frozenset[str] = frozenset()  # codes of rules left out (verify's bisection)
     select: tuple[str, ...] | None = None  # codes or prefixes reported (None: every rule); config.py
     ignore: tuple[str, ...] = ()  # codes or prefixes never reported nor fixed
+    checked_before: bool = False  # this rule set loaded in an earlier run (the result cache says so)
 
     @cached_property
     def rules(self) -> list[Rule]:
         from npu_migrate.rules.load import load_rules
 
-        return [rule for rule in load_rules(self.extra, self.builtin) if rule.code not in self.without]
+        loaded = load_rules(self.extra, self.builtin, overlaps_checked=self.checked_before)
+        return [rule for rule in loaded if rule.code not in self.without]
 
     @cached_property
     def silenced(self) -> frozenset[str]:
@@ -105,6 +107,12 @@ def run_rules(
         if i in results:
             advance()
     todo = [i for i in range(len(files)) if i not in results]
+    if todo and cache is not None:
+        for i in _passed_by_the_prefilter(files, todo, source, cache):
+            results[i] = FileResult()
+            cache.put(keys[i], json.dumps(results[i].to_json()).encode())
+            advance()
+        todo = [i for i in todo if i not in results]
     if todo:
         for i, result in zip(
             todo, _migrate_all([files[i] for i in todo], source, enabled, advance, jobs), strict=True
@@ -189,6 +197,38 @@ def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:
     if cache.get(marker) is None:
         source.rules  # noqa: B018
         cache.put(marker, b"ok")
+    else:
+        source.checked_before = True
+
+
+def _passed_by_the_prefilter(
+    files: list[SourceFile], todo: list[int], source: RuleSource, cache: ResultCache
+) -> list[int]:
+    """The Python files among `todo` that no rule of the set can match, and that hold no
+    suppression to report unused: their result is empty, as the engine's would be, without
+    loading the rules or the engine. The set's prefilter is kept in the cache after the first
+    run that builds it."""
+    from npu_migrate.engine.suppressions import marked
+    from npu_migrate.prefilter import Prefilter, word_counts
+
+    python = [i for i in todo if kind_of(files[i]) == "python" and not marked(files[i].data or b"")]
+    if not python:
+        return []
+    key = cache.key(b"the python prefilter of this salt")
+    raw = cache.get(key)
+    if raw is None:
+        from npu_migrate.engine.index import RuleIndex
+
+        prefilter = RuleIndex(source.rules, source.silenced).prefilter
+        cache.put(key, json.dumps(prefilter.to_json()).encode())
+    else:
+        prefilter = Prefilter.from_json(json.loads(raw))
+    passed = []
+    for i in python:
+        text = (files[i].data or b"").decode("latin-1")  # as the engine reads its words
+        if not prefilter.may_match_module(text, word_counts(text), files[i].module):
+            passed.append(i)
+    return passed
 
 
 def salt(source: RuleSource, enabled: frozenset[Applicability]) -> str:

@@ -1,17 +1,23 @@
 """The cheap first test before parsing: from the words a file contains, can any rule match it?
 Each match kind tells the prefilter what its rules need (all words of one alternative, or for
-string rules a regex right after a quote); a file that satisfies none is not parsed."""
+string rules a regex right after a quote); a file that satisfies none is not parsed. A run keeps
+its rule set's prefilter in the result cache (`to_json`), so that a later run can pass such a
+Python file without loading the rules or the engine (what a pre-commit hook's run mostly sees)."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from npu_migrate.engine.regex import RuleRegex, compile_rule_regex
+from npu_migrate.model import ModulePath
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
+TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
 IMPORTED = re.compile(
     r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE
 )
@@ -47,6 +53,19 @@ def tokens(text: str, words: Iterable[str] | None = None) -> set[str]:
     return found
 
 
+def spelled_by_the_module(text: str, where: ModulePath) -> set[str]:
+    """The words a file spells without writing them: its relative imports stand for its
+    package's name (`from ..utils`), its top-level definitions for `<module>.<name>`."""
+    words: set[str] = set()
+    if where.package and _RELATIVE_IMPORT.search(text):
+        words.update(where.package.split("."))
+    defined = TOP_LEVEL_DEFINITION.findall(text) if where.name else []
+    if defined:
+        words.update(where.name.split("."))
+        words.update(accessed(name) for name in defined)
+    return words
+
+
 class Prefilter:
     def __init__(self) -> None:
         self.alternatives: set[frozenset[str]] = set()
@@ -61,11 +80,28 @@ class Prefilter:
         """A string rule: its regex must match a literal's whole text, so in the source it
         starts right after an opening quote (prose in comments does not count)."""
         self._regexes.append(regex)
-        self._regex = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
+        self._regex = None  # compiled, all in one, when first needed
 
     def may_match(self, text: str, words: Iterable[str] | None = None) -> bool:
         """`words`: the file's words, where the caller has them already."""
+        if self._regexes and self._regex is None:
+            self._regex = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
         if self._regex is not None and self._regex.search(text):
             return True
         found = tokens(text, words)
         return any(needs <= found for needs in self.alternatives)
+
+    def may_match_module(self, text: str, counts: Counter[str], where: ModulePath) -> bool:
+        """`may_match` for a Python file (`text` decoded as latin-1) that is module `where`."""
+        return self.may_match(text, counts.keys() | spelled_by_the_module(text, where))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alternatives": sorted(sorted(a) for a in self.alternatives), "regexes": self._regexes}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Prefilter:
+        prefilter = cls()
+        prefilter.need(*(frozenset(a) for a in data["alternatives"]))
+        for regex in data["regexes"]:
+            prefilter.need_regex(regex)
+        return prefilter

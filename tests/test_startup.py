@@ -45,3 +45,21 @@ def test_version_help_and_a_cached_scan_load_neither_engine_nor_rules(tmp_path: 
         imports("scan", name, cwd=tmp_path, cache=cache)  # the first run loads the rules, fills the cache
         heavy = imports("scan", name, cwd=tmp_path, cache=cache) & set(HEAVY)
         assert not heavy, (name, sorted(heavy))
+
+
+def test_a_new_file_no_rule_can_match_loads_neither_engine_nor_rules(tmp_path: Path) -> None:
+    """A pre-commit hook's usual run: files it has not seen, most with no CUDA code. After one run
+    of the rule set, the prefilter kept in the cache passes them, with the result the engine
+    gives; a file a rule may match still goes through the engine."""
+    cache = tmp_path / "cache"
+    (tmp_path / "first.py").write_text("x = 1\n")
+    imports("scan", "first.py", cwd=tmp_path, cache=cache)  # the rule set's prefilter is kept
+    (tmp_path / "plain.py").write_text("import math\n\n\ndef norm(x, y):\n    return math.hypot(x, y)\n")
+    heavy = imports("scan", "plain.py", cwd=tmp_path, cache=cache) & set(HEAVY)
+    assert not heavy, sorted(heavy)
+    (tmp_path / "cuda.py").write_text(CUDA_FILE)
+    assert "libcst" in imports("scan", "cuda.py", cwd=tmp_path, cache=cache)
+    for name in ("plain.py", "cuda.py"):
+        env = {"XDG_CACHE_HOME": str(cache)}
+        cached = run_cli("scan", name, "--format", "json", cwd=tmp_path, env=env).stdout
+        assert cached == run_cli("scan", name, "--format", "json", "--no-cache", cwd=tmp_path).stdout

@@ -29,6 +29,7 @@ from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import NO_MODULE, ModulePath
+from npu_migrate.prefilter import TOP_LEVEL_DEFINITION
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _QUOTE = re.compile("[\"']")
@@ -237,9 +238,6 @@ def _compiled(regex: str) -> re.Pattern[str]:
 
 
 _IMPORT = re.compile(r"\bimport\b")
-
-
-TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
 
 
 def import_bindings(

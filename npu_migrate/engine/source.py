@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import functools
 import io
-import re
 import sys
 import tokenize
 from collections import Counter
@@ -29,7 +28,6 @@ from npu_migrate.engine.positions import positions
 from npu_migrate.engine.program import Program, Span
 from npu_migrate.engine.program_holds import program_holds
 from npu_migrate.engine.regions import (
-    TOP_LEVEL_DEFINITION,
     Placed,
     file_line,
     import_bindings,
@@ -41,7 +39,7 @@ from npu_migrate.engine.regions import (
 from npu_migrate.engine.suppressions import Suppressions, marked
 from npu_migrate.engine.transformer import Transformer
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
-from npu_migrate.prefilter import accessed, word_counts
+from npu_migrate.prefilter import word_counts
 
 
 def migrate_source(
@@ -54,7 +52,7 @@ def migrate_source(
     module the file is, for its relative imports and its own definitions."""
     text = source.decode("latin-1")  # enough to read the (ASCII) words of any encoding
     counts = word_counts(text)
-    if not index.prefilter.may_match(text, counts.keys() | _spelled_by_the_module(text, where)):
+    if not index.prefilter.may_match_module(text, counts, where):
         return FileResult(unused_suppressions=Suppressions.of(source).unused() if marked(source) else [])
     found = scan_regions(source, index, enabled, counts, where)
     if found is not None and not any(f.applied for f in found.findings):
@@ -62,22 +60,6 @@ def migrate_source(
     # A fix applies (the regions road parsed the file with the stdlib: not too deep), or the
     # regions road gave up (it may not have parsed it).
     return migrate_whole(source, index, enabled, checked=found is not None, words=counts, where=where)
-
-
-_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
-
-
-def _spelled_by_the_module(text: str, where: ModulePath) -> set[str]:
-    """The words a file spells without writing them: its relative imports stand for its
-    package's name (`from ..utils`), its top-level definitions for `<module>.<name>`."""
-    words: set[str] = set()
-    if where.package and _RELATIVE_IMPORT.search(text):
-        words.update(where.package.split("."))
-    defined = TOP_LEVEL_DEFINITION.findall(text) if where.name else []
-    if defined:
-        words.update(where.name.split("."))
-        words.update(accessed(name) for name in defined)
-    return words
 
 
 def scan_regions(
