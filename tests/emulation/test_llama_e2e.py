@@ -26,7 +26,7 @@ def test_fused_llama_trains_like_the_original(tmp_path: Path) -> None:
     applied = run_cli(
         "apply", source, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path
     )
-    assert applied.returncode == 0, applied.stdout + applied.stderr  # what is left (a held fused op) is a suggestion
+    assert applied.returncode == 0, applied.stdout + applied.stderr  # a held fused op: a suggestion
     assert "Left as it is (2: 1 held, 1 note)" in applied.stdout, "SDPA held, the SwiGLU advice"
     # q comes back from apply_rotary's `(q * cos) + ...`: its rank is cos's too, which no code
     # here shows (a module's argument), so BNSD is not proven and SDPA stays; RoPE is proven 4-D
