@@ -175,6 +175,18 @@ def _pin_memory(original: Any) -> Any:
     return pin_memory
 
 
+def _record_stream(original: Any) -> Any:
+    """Streams are not emulated (npu_module.Stream: one queue): an NPU tensor has no stream to be
+    kept alive for. DDP's input copies and FSDP's resharding record them."""
+
+    @functools.wraps(original)
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if tensors.index(self) is None:
+            original(self, stream)
+
+    return record_stream
+
+
 class _Generator(torch.Generator):
     """`torch.Generator(device="npu")`: a generator of the backing device."""
 
@@ -252,6 +264,22 @@ def _recomputations() -> list[tuple[object, str, object]]:
     return found
 
 
+def _fsdp_backward_hooks() -> list[tuple[object, str, object]]:
+    """FSDP's hooks that run inside backward (unshard, reduce-scatter, reshard), where no mode is
+    on: run under the mode, as its forward ran, so that its flat parameters are on the NPU it
+    computes on (its check of them would otherwise see the backing). Looked up when each forward
+    registers them, so that patching the module's names is enough."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return []
+    from torch.distributed.fsdp import _runtime_utils as fsdp
+
+    names = ("_pre_backward_hook", "_post_backward_hook", "_post_backward_reshard_only_hook",
+             "_post_backward_final_callback")  # fmt: skip
+    return [(fsdp, name, _under_the_mode(getattr(fsdp, name))) for name in names if hasattr(fsdp, name)]
+
+
 def install(backing: str | None = None) -> torch.device:
     """Make "npu" usable in this process; idempotent. Returns the backing device."""
     global _installed
@@ -273,7 +301,9 @@ def install(backing: str | None = None) -> torch.device:
         (torch, "load", _load(torch.load)),
         (torch.nn.Parameter, "__new__", _parameter(torch.nn.Parameter.__new__)),
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
+        (torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream)),
         *_recomputations(),
+        *_fsdp_backward_hooks(),
         (torch, "Generator", _Generator),
     ]
     for owner, name, value in patches:

@@ -104,21 +104,25 @@ def _visible(raw: int) -> int:
 
 
 def device_count() -> int:
-    return _visible(torch.cuda.device_count() if _cuda() else 1)
+    """The backing's CUDA devices; on the CPU, one NPU per local rank the launcher started
+    (torchrun's LOCAL_WORLD_SIZE: a host has at least as many devices as the ranks it runs), else
+    one."""
+    return _visible(torch.cuda.device_count() if _cuda() else _local_ranks())
 
 
-_current = 0
+def _local_ranks() -> int:
+    ranks = os.getenv("LOCAL_WORLD_SIZE", "")
+    return int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1
 
 
 def set_device(device: int | str | torch.device) -> None:
-    global _current
-    _current = state.index_of(device)
+    state.current = state.index_of(device)
     if _cuda():
-        torch.cuda.set_device(_current)
+        torch.cuda.set_device(state.current)
 
 
 def current_device() -> int:
-    return _current
+    return state.current
 
 
 def get_device_name(device: Any = None) -> str:

@@ -11,6 +11,7 @@ import torch
 Device = torch.device
 _backing = Device("cpu")
 installed = False  # whether the emulation runs (device.install): then NPU tensors are tracked
+current = 0  # the NPU `torch.npu.set_device` chose: where "npu" without an index is
 
 
 def choose(backing: str | None) -> torch.device:
@@ -25,14 +26,15 @@ def backing() -> torch.device:
 
 
 def index_of(device: Any) -> int:
-    """The device index in `npu:1`, `torch.device("npu", 1)` or `1` (0 when none is given)."""
+    """The device index in `npu:1`, `torch.device("npu", 1)` or `1`; the current device where
+    none is given (`x.npu()`, "npu"), as torch_npu places it: each rank on its own device."""
     if isinstance(device, int):
         return device
     if isinstance(device, str):
         device = Device(device)
     if isinstance(device, Device) and device.index is not None:
         return device.index
-    return 0
+    return current
 
 
 def is_npu(device: Any) -> bool:
