@@ -265,19 +265,31 @@ def _recomputations() -> list[tuple[object, str, object]]:
 
 
 def _fsdp_backward_hooks() -> list[tuple[object, str, object]]:
-    """FSDP's hooks that run inside backward (unshard, reduce-scatter, reshard), where no mode is
-    on: run under the mode, as its forward ran, so that its flat parameters are on the NPU it
-    computes on (its check of them would otherwise see the backing). Looked up when each forward
-    registers them, so that patching the module's names is enough."""
+    """FSDP's code that runs inside backward (unshard, reduce-scatter, reshard), where no mode is
+    on: run under the mode, as its forward ran, so that its parameters are on the NPU it computes
+    on (its checks and allocations would otherwise see, or name, the backing). FSDP1's hooks are
+    module functions and FSDP2's (`fully_shard`) methods, each looked up when a forward registers
+    them, so that patching them by name is enough."""
     import torch.distributed as dist
 
     if not dist.is_available():
         return []
-    from torch.distributed.fsdp import _runtime_utils as fsdp
+    from torch.distributed.fsdp import _runtime_utils as fsdp1
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
+    from torch.distributed.fsdp._fully_shard import _fsdp_state as state2
 
-    names = ("_pre_backward_hook", "_post_backward_hook", "_post_backward_reshard_only_hook",
-             "_post_backward_final_callback")  # fmt: skip
-    return [(fsdp, name, _under_the_mode(getattr(fsdp, name))) for name in names if hasattr(fsdp, name)]
+    hooks: list[tuple[object, str]] = [
+        (fsdp1, "_pre_backward_hook"),
+        (fsdp1, "_post_backward_hook"),
+        (fsdp1, "_post_backward_reshard_only_hook"),
+        (fsdp1, "_post_backward_final_callback"),
+        (state2.FSDPState, "_pre_backward"),
+        (state2.FSDPState, "_root_post_backward_final_callback"),
+        (group.FSDPParamGroup, "post_backward"),
+    ]
+    return [
+        (owner, name, _under_the_mode(getattr(owner, name))) for owner, name in hooks if hasattr(owner, name)
+    ]
 
 
 def install(backing: str | None = None) -> torch.device:

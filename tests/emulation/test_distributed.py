@@ -1,6 +1,7 @@
-"""Distributed trainers on the emulation, through the command line (issue 24): a DDP and an FSDP
-trainer written for CUDA, migrated by `apply`, run under `npu-migrate run --emulate torchrun` with
-two ranks, train as the originals do on the CPU with gloo, step for step."""
+"""Distributed trainers on the emulation, through the command line (issue 24): DDP, FSDP and FSDP2
+(`fully_shard`) trainers written for CUDA, migrated by `apply`, run under
+`npu-migrate run --emulate torchrun` with two ranks, train as the originals do on the CPU with
+gloo, step for step."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ ON_THE_CPU = {  # what the original needs to run with gloo on the CPU, and nothi
         ("DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])", "DDP(model)"),
         ("source.to(self.gpu_id), targets.to(self.gpu_id)", "source, targets"),
         ('device=f"cuda:{self.gpu_id}"', 'device="cpu"'),
+    ],
+    "fsdp2_train.py": [
+        ('    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))\n', ""),
+        ('init_process_group("nccl")', 'init_process_group("gloo")'),
+        ('init_device_mesh("cuda"', 'init_device_mesh("cpu"'),
+        (".cuda()", ""),
     ],
     "fsdp_train.py": [
         ("    torch.cuda.set_device(local_rank)\n", ""),
