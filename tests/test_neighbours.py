@@ -59,7 +59,7 @@ def test_plain_errors_for_a_folder_script_and_a_file_out(tmp_path: Path) -> None
     root = project(tmp_path, {"a.py": CUDA_FILE})
     folder = run_cli("run", ".", cwd=root)
     assert folder.returncode == 2
-    assert folder.stderr.strip() == "error: . is a folder; give the Python script to run"
+    assert folder.stderr.strip() == "error: . is a folder; give the script to run"
     (tmp_path / "out.txt").write_text("x")
     out = run_cli("apply", root, "--out", tmp_path / "out.txt", cwd=tmp_path)
     assert out.returncode == 2 and "is a file; name a folder for the migrated copy" in out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -15,21 +16,38 @@ CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_inte
 
 def run(
     ctx: typer.Context,
-    script: Annotated[Path, typer.Argument(help="The Python script to run; its arguments follow it.")],
+    script: Annotated[
+        str,
+        typer.Argument(
+            help="The Python script to run, or a launch script or command (torchrun, `python -m "
+            "torch.distributed.run`, accelerate launch, bash train.sh); its arguments follow it.",
+            show_default=False,
+        ),
+    ],
     emulate: common.Emulate = None,
 ) -> None:
-    """Run a migrated script as `python SCRIPT ARGS` would, on the NPU emulation where no NPU exists."""
-    if script.is_dir():
-        common.fail(f"{script} is a folder; give the Python script to run")
-    if not script.is_file():
-        common.fail(f"no such script: {script}")
+    """Run a migrated script as `python SCRIPT ARGS` would, or a launcher and every process it
+    starts, on the NPU emulation where no NPU exists."""
+    path = Path(script)
+    if path.is_dir():
+        common.fail(f"{script} is a folder; give the script to run")
+    command = None if path.is_file() else shutil.which(script)
+    if not path.is_file() and command is None:
+        common.fail(f"no such script or command: {script}")
     try:
-        from npu_migrate.emulation.runner import real_torch_npu_imports, run_script
+        from npu_migrate.emulation.runner import (
+            real_torch_npu_imports,
+            run_command,
+            run_script,
+            runs_in_python,
+        )
     except ImportError as exc:
         common.needs_torch("run", exc)
     if emulate is None:
         emulate = not real_torch_npu_imports()
-    raise typer.Exit(run_script(script, list(ctx.args), emulate))
+    if command is None and runs_in_python(path):
+        raise typer.Exit(run_script(path, list(ctx.args), emulate))
+    raise typer.Exit(run_command([command or str(path), *ctx.args], emulate))
 
 
 #####VERIFY

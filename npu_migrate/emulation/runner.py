@@ -1,9 +1,11 @@
-"""`npu-migrate run`: run a (migrated) script as `python SCRIPT ARGS` would, on a real NPU when
-torch_npu imports, else on the emulation (and say so)."""
+"""`npu-migrate run`: run a (migrated) script as `python SCRIPT ARGS` would, or a launcher (torchrun,
+a launch script) with every process it starts, on a real NPU when torch_npu imports, else on the
+emulation (and say so)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import runpy
 import subprocess
 import sys
@@ -18,6 +20,35 @@ def real_torch_npu_imports() -> bool:
         return False
     probe = subprocess.run([sys.executable, "-c", "import torch_npu"], capture_output=True, check=False)
     return probe.returncode == 0
+
+
+def runs_in_python(script: Path) -> bool:
+    """A Python script (by its suffix, else its shebang): run in this process. torchrun's console
+    script is one; a bash launch script is not."""
+    if script.suffix == ".py":
+        return True
+    try:
+        with script.open("rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def run_command(argv: list[str], emulate: bool) -> int:
+    """Run a launcher or a launch script as a child process, and with it every process it starts:
+    under the emulation, each finds the stand-in torch_npu (PYTHONPATH) and this environment's
+    interpreter and launchers first on PATH. A launch script without its executable bit runs
+    with bash, as `bash train.sh` would."""
+    if emulate:
+        from npu_migrate.emulation import use_site
+
+        use_site()
+        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    path = Path(argv[0])
+    if path.is_file() and not os.access(path, os.X_OK):
+        argv = ["bash", *argv]
+    return subprocess.run(argv, check=False).returncode
 
 
 def run_script(script: Path, args: list[str], emulate: bool) -> int:

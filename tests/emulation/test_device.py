@@ -109,7 +109,7 @@ def test_the_stand_in_is_never_found_unless_asked_for() -> None:
 
 def test_a_missing_script_is_one_line(tmp_path: Path) -> None:
     result = run_cli("run", "nope.py", cwd=tmp_path)
-    assert result.returncode == 2 and result.stderr.strip() == "error: no such script: nope.py"
+    assert result.returncode == 2 and result.stderr.strip() == "error: no such script or command: nope.py"
 
 
 def test_the_hccl_backend_runs_on_gloo(tmp_path: Path) -> None:

@@ -65,3 +65,22 @@ def test_a_migrated_trainer_trains_as_the_original_on_two_ranks(name: str, tmp_p
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     assert emulated == pytest.approx(original_on_the_cpu(name, cpu), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("script", "trainer"), [("run_ddp.sh", "ddp_train.py"), ("run_fsdp2.sh", "fsdp2_train.py")]
+)
+def test_a_migrated_launch_script_runs_its_ranks_on_the_emulation(
+    script: str, trainer: str, tmp_path: Path
+) -> None:
+    """`npu-migrate run --emulate train.sh`: the launcher the script starts (torchrun, `python -m
+    torch.distributed.run`) and every rank it starts run on the emulation, with the devices the
+    migrated script makes visible."""
+    migrated = tmp_path / "migrated"
+    run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    launcher = (migrated / script).read_text()
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1" in launcher and "CUDA" not in launcher, launcher
+    emulated = losses(run_cli("run", "--emulate", script, cwd=migrated))
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    assert emulated == pytest.approx(original_on_the_cpu(trainer, cpu), rel=1e-6)
