@@ -48,6 +48,18 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+def top_level(folder: Path) -> Path | None:
+    """The top folder of the repository (or work tree) `folder` lies in; None outside one or
+    where git is missing. A folder that does not exist yet (apply's --out): its nearest parent."""
+    existing = next((above for above in (folder, *folder.parents) if above.is_dir()), None)
+    if existing is None:
+        return None
+    try:
+        return Path(git(existing, "rev-parse", "--show-toplevel").strip())
+    except GitError:
+        return None
+
+
 def tracked(folder: Path) -> tuple[Path, frozenset[str]] | None:
     """The repository's top folder and the files git tracks under `folder` (paths relative to
     the top, as git writes them); None where `folder` is in no repository or git is missing."""

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from npu_migrate.cli import common, selection
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.git import top_level
 from npu_migrate.interrupt import leaving
 from npu_migrate.model import Applicability
 from npu_migrate.report.changes import ChangeListError, read_change_list, write_change_list
@@ -181,7 +182,7 @@ def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
     for tree in [*paths, *([out_dir] if out_dir else [])]:
         folder = tree.resolve() if tree.is_dir() or tree == out_dir else tree.resolve().parent
         trees.add(folder)
-        repository = _repository(folder)
+        repository = top_level(folder)
         if repository is not None:
             trees.add(repository)
     here = Path.cwd().resolve()
@@ -190,15 +191,6 @@ def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
         return Path("npu-migrate-changes.csv")
     outer = min(around, key=lambda tree: len(tree.parts))
     return outer.parent / f"{outer.name}-npu-migrate-changes.csv"
-
-
-def _repository(folder: Path) -> Path | None:
-    """The top of the git repository (or work tree) `folder` lies in, found by its `.git`, or None;
-    a folder --out names may not exist yet: its nearest existing parent decides."""
-    for above in (folder, *folder.parents):
-        if (above / ".git").exists():
-            return above
-    return None
 
 
 def _earlier(change_list: Path) -> list[dict] | None:

@@ -7,17 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from npu_migrate.git import GitError, git
+from npu_migrate.git import top_level
 
 
 def repository_root(start: Path, config_folder: Path | None) -> Path:
     """git's top level around `start`; outside a repository, the folder of the configuration in
     use, else the working folder."""
-    folder = start if start.is_dir() else start.parent
-    try:
-        return Path(git(folder, "rev-parse", "--show-toplevel").strip())
-    except (GitError, OSError):
-        return (config_folder or Path.cwd()).absolute()
+    top = top_level(start.absolute() if start.is_dir() else start.absolute().parent)
+    return top or (config_folder or Path.cwd()).absolute()
 
 
 def anchored(path: Path | str, root: Path) -> str:
