@@ -48,14 +48,19 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+def repository_top(folder: Path) -> Path:
+    """The top folder of the repository (or work tree) `folder` lies in; GitError outside one."""
+    return Path(git(folder, "rev-parse", "--show-toplevel").strip())
+
+
 def top_level(folder: Path) -> Path | None:
-    """The top folder of the repository (or work tree) `folder` lies in; None outside one or
-    where git is missing. A folder that does not exist yet (apply's --out): its nearest parent."""
+    """`repository_top`, or None outside a repository or where git is missing. A folder that
+    does not exist yet (apply's --out): its nearest parent's."""
     existing = next((above for above in (folder, *folder.parents) if above.is_dir()), None)
     if existing is None:
         return None
     try:
-        return Path(git(existing, "rev-parse", "--show-toplevel").strip())
+        return repository_top(existing)
     except GitError:
         return None
 
@@ -64,7 +69,7 @@ def tracked(folder: Path) -> tuple[Path, frozenset[str]] | None:
     """The repository's top folder and the files git tracks under `folder` (paths relative to
     the top, as git writes them); None where `folder` is in no repository or git is missing."""
     try:
-        top = Path(git(folder, "rev-parse", "--show-toplevel").strip())
+        top = repository_top(folder)
         listed = git(folder, "ls-files", "-z", "--cached", "--full-name", "--", ".")
     except GitError:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from npu_migrate.git import GitError, git
+from npu_migrate.git import GitError, git, repository_top
 
 _FILE = re.compile(r"^\+\+\+ b/(.*)$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
@@ -20,7 +20,7 @@ Changed = dict[Path, set[int] | None]  # resolved path -> changed lines (None: t
 def changed_lines(where: Path, rev: str) -> Changed:
     """What changed since `rev` in the repository that holds `where`."""
     folder = where if where.is_dir() else where.parent
-    top = Path(git(folder, "rev-parse", "--show-toplevel").strip())
+    top = repository_top(folder)
     since, dots, end = rev.partition("...")
     head = _commit(top, "HEAD", rev)
     tip = _commit(top, end, rev) if dots and end else head
