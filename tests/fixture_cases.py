@@ -20,15 +20,20 @@ NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "src").is_dir())
 CI_ROOTS = ("GITHUB_WORKSPACE", "CI_PROJECT_DIR")  # where a CI system's report paths start
 
 
+def outside_ci() -> dict[str, str]:
+    """This environment without the variables a CI system sets for its report paths: a test
+    sets them itself where it means to."""
+    return {name: value for name, value in os.environ.items() if name not in CI_ROOTS}
+
+
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console entry point, as a user runs it (outside CI unless `env` says so)."""
-    outside_ci = {name: value for name, value in os.environ.items() if name not in CI_ROOTS}
     return subprocess.run(
         [sys.executable, "-m", "npu_migrate", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**outside_ci, "COLUMNS": "200", **(env or {})},
+        env={**outside_ci(), "COLUMNS": "200", **(env or {})},
         check=False,
     )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.fixture_cases import CI_ROOTS, ROOT
+from tests.fixture_cases import ROOT, outside_ci
 from tests.test_changes import git
 
 LEGACY = "import torch\n\nx = torch.zeros(2).cuda()\n"  # main's debt: a finding before the branch
@@ -60,8 +60,7 @@ def clone_with_a_forked_branch(tmp_path: Path, *added: tuple[str, str]) -> Path:
 def shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """A recipe's command as the CI runner runs it, with this interpreter's tools on PATH."""
     tools = Path(sys.executable).parent
-    outside_ci = {name: value for name, value in os.environ.items() if name not in CI_ROOTS}
-    full = {**outside_ci, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200", **env}
+    full = {**outside_ci(), "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200", **env}
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=full, capture_output=True, text=True)
 
 
