@@ -126,6 +126,20 @@ def test_deep_nesting_neither_crashes_nor_hangs(tmp_path: Path, name: str, code:
         assert run.returncode == 1 and f"not read {root / name}" in run.stdout
 
 
+def test_a_mapping_nested_150_deep_is_decided_once_per_level(tmp_path: Path) -> None:
+    """Each level of nested dicts asks whether its entries name the NPU (fuzz case 258 of seed 7
+    took 13 s when every level walked its whole subtree again): an NPU key at the bottom holds
+    the CUDA code beside it, and the same nest without one is rewritten."""
+    nest = '{"a": ' * 149 + "{KEY: x.cuda()}" + "}" * 149
+    npu = "cfg = " + nest.replace("KEY", '"npu"') + "\n"
+    plain = "cfg = " + nest.replace("KEY", '"gpu"') + "\n"
+    root = tree(tmp_path, {"npu.py": CUDA + npu, "plain.py": CUDA + plain})
+    run = cli("apply", root, "--no-cache", cwd=tmp_path)
+    no_traceback(run)
+    assert (root / "npu.py").read_text() == MIGRATED + npu
+    assert (root / "plain.py").read_text() == MIGRATED + plain.replace("x.cuda()", "x.npu()")
+
+
 def test_edge_bytes_are_kept(tmp_path: Path) -> None:
     root = tree(tmp_path, {"cr.py": CUDA.replace("\n", "\r"), "ff.py": "\x0c" + CUDA})
     cli("apply", root, cwd=tmp_path)

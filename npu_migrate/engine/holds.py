@@ -7,7 +7,7 @@ dual-path files, the code's own attributes, comparisons) is engine.program_holds
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -31,18 +31,58 @@ def names_npu(text: str) -> bool:
     return _NPU_WORD.search(text) is not None
 
 
-def npu_zone(node: cst.CSTNode) -> Hold | None:
-    """Why nothing inside `node` may be rewritten (it already handles the NPU), or None."""
-    if isinstance(node, cst.If) and any(_mentions_npu(test) for test in _chain_tests(node)):
-        return _aware("this if/elif chain tests for the NPU, so each branch stays as it is")
-    if isinstance(node, cst.IfExp) and _mentions_npu(node.test):
-        return _aware("this conditional expression tests for the NPU")
-    entries = node.elements if isinstance(node, cst.Dict) else ()
-    if any(_mentions_npu(e.key) or _mentions_npu(e.value) for e in entries if isinstance(e, cst.DictElement)):
-        return _aware("this mapping has an NPU entry")
-    if isinstance(node, cst.Try) and any(_imports_torch_npu(s) for s in node.body.body):
-        return _aware("this try imports torch_npu; its handlers run only without it")
-    return None
+class NpuZones:
+    """Decides which code already handles the NPU, for one walk of one tree: whether a subtree
+    names the NPU is worked out once per node (a dict nested 200 deep is asked about at every
+    level; walking each level's subtree again made that quadratic)."""
+
+    def __init__(self) -> None:
+        self._mentions: dict[cst.CSTNode, bool] = {}
+
+    def why(self, node: cst.CSTNode) -> Hold | None:
+        """Why nothing inside `node` may be rewritten (it already handles the NPU), or None."""
+        if isinstance(node, cst.If) and any(self._mentions_npu(test) for test in _chain_tests(node)):
+            return _aware("this if/elif chain tests for the NPU, so each branch stays as it is")
+        if isinstance(node, cst.IfExp) and self._mentions_npu(node.test):
+            return _aware("this conditional expression tests for the NPU")
+        entries = node.elements if isinstance(node, cst.Dict) else ()
+        if any(
+            self._mentions_npu(e.key) or self._mentions_npu(e.value)
+            for e in entries
+            if isinstance(e, cst.DictElement)
+        ):
+            return _aware("this mapping has an NPU entry")
+        if isinstance(node, cst.Try) and any(self._imports_torch_npu(s) for s in node.body.body):
+            return _aware("this try imports torch_npu; its handlers run only without it")
+        return None
+
+    def _mentions_npu(self, expression: cst.CSTNode) -> bool:
+        """Whether a name or string under `expression` names the NPU; each node decided once,
+        children before parents, on a stack of its own (the tree may be deeper than Python's)."""
+        known = self._mentions
+        pending: list[tuple[cst.CSTNode, Sequence[cst.CSTNode] | None]] = [(expression, None)]
+        while pending:
+            node, children = pending.pop()
+            if node in known:
+                continue
+            if children is None:
+                children = node.children
+                pending.append((node, children))
+                pending.extend((child, None) for child in children if child not in known)
+            else:
+                known[node] = _names_npu_itself(node) or any(known[child] for child in children)
+        return known[expression]
+
+    def _imports_torch_npu(self, statement: cst.CSTNode) -> bool:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        for small in statement.body:
+            if isinstance(small, cst.Import) and any(self._mentions_npu(a.name) for a in small.names):
+                return True
+            module = small.module if isinstance(small, cst.ImportFrom) else None
+            if module is not None and self._mentions_npu(module):
+                return True
+        return False
 
 
 def dual_path(why: str) -> Hold:
@@ -68,9 +108,13 @@ def _aware(why: str) -> Hold:
 
 
 def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from subtree(child)
+    """`node` and every node under it, in source order; a stack, not nested generators (each
+    node yielded through a chain of `yield from` as deep as the tree costs depth squared)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(reversed(current.children))
 
 
 def _chain_tests(node: cst.If) -> Iterator[cst.BaseExpression]:
@@ -80,23 +124,5 @@ def _chain_tests(node: cst.If) -> Iterator[cst.BaseExpression]:
         current = current.orelse
 
 
-def _mentions_npu(expression: cst.CSTNode) -> bool:
-    for node in subtree(expression):
-        if isinstance(node, cst.Name) and names_npu(node.value):
-            return True
-        if isinstance(node, cst.SimpleString) and names_npu(node.value):
-            return True
-        if isinstance(node, cst.FormattedStringText) and names_npu(node.value):
-            return True
-    return False
-
-
-def _imports_torch_npu(statement: cst.CSTNode) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    for small in statement.body:
-        if isinstance(small, cst.Import) and any(_mentions_npu(a.name) for a in small.names):
-            return True
-        if isinstance(small, cst.ImportFrom) and small.module is not None and _mentions_npu(small.module):
-            return True
-    return False
+def _names_npu_itself(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name | cst.SimpleString | cst.FormattedStringText) and names_npu(node.value)

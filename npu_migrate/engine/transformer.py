@@ -11,7 +11,7 @@ from typing import cast
 import libcst as cst
 
 from npu_migrate.engine.context import FileContext
-from npu_migrate.engine.holds import ZONE_TYPES, npu_zone
+from npu_migrate.engine.holds import ZONE_TYPES, NpuZones
 from npu_migrate.engine.kinds.base import Candidate, Hoist, LeaveHook, Matcher, VisitHook, hooks_of
 from npu_migrate.model import Hold
 
@@ -36,6 +36,7 @@ class Transformer(cst.CSTTransformer):
             for node_type, leave in leaves.items():
                 self.leaves[node_type].append((matcher, leave))
         self.zones: list[tuple[cst.CSTNode, Hold]] = []  # the outermost code that handles the NPU
+        self.npu_zones = NpuZones()
         # An earlier line -> the hoists (by name) that applied fixes put before it.
         self.hoists: dict[cst.CSTNode, dict[str, Hoist]] = {}
 
@@ -49,7 +50,7 @@ class Transformer(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Every hook sees the node; any of them may keep the walk out of its children."""
         if type(node) in ZONE_TYPES and not self.zones:
-            why = npu_zone(node)
+            why = self.npu_zones.why(node)
             if why is not None:
                 self.zones.append((node, why))
         descend = True
