@@ -109,6 +109,15 @@ def verify(
             "DIR/migrated), for `msprobe compare` and Ascend's precision tools."
         ),
     ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Run each side under torchrun with N ranks on this host and compare rank by rank. "
+            "The entry runs in every rank: it initialises the process group and returns the model "
+            "wrapped as the trainer wraps it (DDP, FSDP, fully_shard) with this rank's inputs.",
+        ),
+    ] = None,
     rules: common.RulesOption = None,
     bisect: Annotated[
         bool,
@@ -135,6 +144,8 @@ def verify(
     if (tree is None) == (original is None or migrated is None):
         common.fail("give either TREE, or both --original and --migrated")
     _check_entry(entry, [t for t in (tree, original, migrated) if t is not None])
+    if nproc and (dump is not None or onnx):
+        common.fail("--nproc runs the model in several ranks; --dump and --onnx work on one process")
     try:
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
@@ -164,6 +175,7 @@ def verify(
             memory=int(max_side_memory * 2**30) if max_side_memory else None,
             weights_map=_weights_map(weights_map) if weights_map else {},
             dump=dump.resolve() if dump else None,
+            nproc=nproc or 0,
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,

@@ -10,7 +10,7 @@ import sys
 import types
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,13 @@ def autocast_in_force() -> list[tuple[str, torch.dtype]]:
 
 
 class ModuleRecorder:
-    """Hooks on every named module: its outputs in call order, keyed by module name (a module
-    called twice gets `#2`), the tensors it was called with (to tell a module whose own code
-    changes the result from one that was handed a different input), and the bytes each module's
-    outputs occupy. `calls` holds the same tensors call by call, in the order calls finish."""
+    """Hooks on every module given (a model's named_modules()): its outputs in call order, keyed by
+    module name (a module called twice gets `#2`), the tensors it was called with (to tell a
+    module whose own code changes the result from one that was handed a different input), and
+    the bytes each module's outputs occupy. `calls` holds the same tensors call by call, in the
+    order calls finish."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, modules: Iterable[tuple[str, torch.nn.Module]]) -> None:
         self.rows: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor on the CPU)
         self.inputs: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor): what calls got
         self.calls: list[ModuleCall] = []
@@ -91,7 +92,7 @@ class ModuleRecorder:
         self._calls: dict[str, int] = {}
         self._running: list[ModuleCall] = []
         self._handles = []
-        for name, module in model.named_modules():
+        for name, module in modules:
             name = name or "(model)"
             self._handles.append(module.register_forward_pre_hook(self._enter(name), with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._hook(name)))

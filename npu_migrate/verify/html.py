@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from npu_migrate import __version__
 from npu_migrate.verify.orchestrate import Result
-from npu_migrate.verify.report import headline, mib, ratio, step_failures, tally
+from npu_migrate.verify.report import headline, mib, ranks_line, ratio, step_failures, tally
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -133,6 +133,9 @@ def _compared(result: Result) -> list[str]:
         ["rule", comparison.rule],
         ["command", result.command or "-"],
     ]
+    ranks = ranks_line(result)
+    if ranks:
+        rows.insert(4, ["ranks (torchrun)", ranks])
     for side, report in (("original", result.original), ("migrated", result.migrated)):
         rows.append([f"{side} versions", ", ".join(f"{k} {v}" for k, v in report.versions.items()) or "-"])
     rows.append(["npu-migrate", __version__])

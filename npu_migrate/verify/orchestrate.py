@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from npu_migrate.verify import ranks
 from npu_migrate.verify.compare import Comparison, compare_runs
 from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
@@ -45,6 +46,7 @@ class Options:
     memory: int | None = None  # bytes of data a side may allocate (None: no cap)
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
     dump: Path | None = None  # msprobe dumps of each side's forward, in dump/original and dump/migrated
+    nproc: int = 0  # each side under torchrun with this many ranks (0: one plain process)
 
 
 @dataclass
@@ -55,9 +57,15 @@ class Result:
     trees: tuple[str, str] = ("", "")  # the original's and the migrated's, as given
     command: str = ""  # the command line that ran verify
     changes: dict[str, int] = field(default_factory=dict)  # verify TREE: its copy's changes, by rule
+    # --nproc: the rank shown (the first that diverges, else 0) and every rank's verdict
+    rank: int | None = None
+    ranks: list[Comparison] = field(default_factory=list)
 
 
-def _side(role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool) -> SideReport:
+def _side(
+    role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool
+) -> list[SideReport]:
+    """The side's report, one per rank under --nproc."""
     import torch
 
     out = work / f"{role}.pt"
@@ -74,6 +82,7 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         timeout=options.timeout,
         weights_map=options.weights_map,
         dump=str(options.dump / role) if options.dump else "",
+        nproc=options.nproc,
     )
     path = work / f"{role}.json"
     path.write_text(json.dumps(asdict(request)))
@@ -82,8 +91,13 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         from npu_migrate.emulation import site_pythonpath
 
         env["PYTHONPATH"] = site_pythonpath(env)
+    launcher = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={options.nproc}"]
+        if options.nproc
+        else []
+    )
     side = subprocess.Popen(
-        [sys.executable, "-m", "npu_migrate.verify.side", str(path)],
+        [sys.executable, *launcher, "-m", "npu_migrate.verify.side", str(path)],
         cwd=tree,
         env=env,
         stdout=subprocess.PIPE,
@@ -103,6 +117,8 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         ) from None
     finally:
         stop(side)
+    if side.returncode != 0 and options.nproc:
+        raise _rank_failure(role, options, out, stderr)
     if side.returncode != 0:
         message = "\n".join(line for line in stderr.splitlines() if "torch_npu is emulated" not in line)
         if side.returncode < 0 or "MemoryError" in message:
@@ -111,7 +127,22 @@ def _side(role: str, tree: Path, options: Options, device: str, work: Path, emul
         raise SideFailed(
             role, message.rstrip() or f"exit code {side.returncode}", tool=side.returncode == EXIT_TOOL_ERROR
         )
-    return torch.load(out, weights_only=False)
+    if options.nproc:
+        return [torch.load(ranks.of_rank(str(out), r), weights_only=False) for r in range(options.nproc)]
+    return [torch.load(out, weights_only=False)]
+
+
+def _rank_failure(role: str, options: Options, out: Path, stderr: str) -> SideFailed:
+    """The first rank's own words where a rank failed (each writes them beside its report),
+    else the end of what torchrun printed."""
+    for number in range(options.nproc):
+        said = Path(ranks.of_rank(str(out), number)).with_suffix(".err")
+        if said.is_file():
+            failed = json.loads(said.read_text())
+            message = f"rank {number} of {options.nproc}: {failed['message']}"
+            return SideFailed(role, message, tool=failed["code"] == EXIT_TOOL_ERROR)
+    tail = "\n".join(stderr.rstrip().splitlines()[-12:])
+    return SideFailed(role, f"torchrun with {options.nproc} ranks failed:\n{tail}")
 
 
 def _memory_cap(limit: int | None) -> Callable[[], None] | None:
@@ -146,10 +177,16 @@ def run(options: Options, phase: Callable[[str], None] = lambda _: None) -> Resu
     device = options.device_original or ("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory(prefix="npu-migrate-verify-") as folder:
         work = Path(folder)
-        phase(f"running the original on {device}")
-        original = _side("original", options.original, options, device, work, emulate=False)
-        phase("running the migrated copy" + (" on the NPU emulation" if emulate else " on the NPU"))
-        migrated = _side("migrated", options.migrated, options, options.device_migrated, work, emulate)
+        world = f" in {options.nproc} ranks (torchrun)" if options.nproc else ""
+        phase(f"running the original on {device}{world}")
+        originals = _side("original", options.original, options, device, work, emulate=False)
+        phase("running the migrated copy" + (" on the NPU emulation" if emulate else " on the NPU") + world)
+        migrateds = _side("migrated", options.migrated, options, options.device_migrated, work, emulate)
     phase("comparing")
-    comparison = compare_runs(original, migrated, options.limits)
-    return Result(comparison, original, migrated, trees=(str(options.original), str(options.migrated)))
+    comparisons = [compare_runs(a, b, options.limits) for a, b in zip(originals, migrateds, strict=True)]
+    shown = next((r for r, c in enumerate(comparisons) if not c.passed), 0)
+    trees = (str(options.original), str(options.migrated))
+    result = Result(comparisons[shown], originals[shown], migrateds[shown], trees=trees)
+    if options.nproc:
+        result.rank, result.ranks = shown, comparisons
+    return result

@@ -23,6 +23,7 @@ class SideRequest:
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
     dump: str = ""  # where to write the forward pass as an msprobe dump ("": nowhere)
     realistic: bool = False  # the original side redraws its weights at unit-variance scale first
+    nproc: int = 0  # ranks under torchrun (0: one plain process); state and out are then per rank
 
 
 @dataclass(frozen=True)

@@ -73,15 +73,34 @@ def headline(comparison: Comparison) -> str:
     return f"FAIL: {forward}" + ("" if failed or bad else "; but:")
 
 
+def ranks_line(result: Result) -> str | None:
+    """Under --nproc: which rank the report shows and which ranks diverge, in words."""
+    if result.rank is None:
+        return None
+    count = len(result.ranks)
+    failing = [str(number) for number, comparison in enumerate(result.ranks) if not comparison.passed]
+    if not failing:
+        return f"each of the {count} ranks agrees; rank {result.rank}'s comparison follows"
+    return (
+        f"rank {result.rank} of {count} diverges first (diverging: {'ranks' if failing[1:] else 'rank'} "
+        f"{', '.join(failing)}); "
+        "its comparison follows"
+    )
+
+
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
-    console.print(f"original {result.original.where} vs migrated {result.migrated.where}")
+    world = f", {len(result.ranks)} ranks each under torchrun" if result.ranks else ""
+    console.print(f"original {result.original.where} vs migrated {result.migrated.where}{world}")
     if result.migrated.fused_calls:
         calls = tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
     rows = comparison.forward_rows()
     verdict, _, rest = headline(comparison).partition(":")
     console.print(f"[{'green' if comparison.passed else 'red'}]{verdict}[/]:{rest}")
+    ranks = ranks_line(result)
+    if ranks:
+        console.print(f"  ranks: {ranks}")
     console.print(f"  rule: {comparison.rule}")
     for problem in comparison.problems:
         console.print(f"  - {problem}")
@@ -197,6 +216,11 @@ def write_json(path: Path, result: Result) -> None:
         "command": result.command,
         "changes": result.changes,
         "versions": {"original": result.original.versions, "migrated": result.migrated.versions},
+        "rank": result.rank,  # --nproc: the rank whose comparison this is
+        "ranks": [
+            {"rank": number, "passed": comparison.passed, "problems": comparison.problems}
+            for number, comparison in enumerate(result.ranks)
+        ],
         **result.comparison.as_dict(),
     }
     path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")

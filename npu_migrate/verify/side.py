@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from npu_migrate.verify import ranks
 from npu_migrate.verify.protocol import SideReport, SideRequest, Step, WeightSource
 
 EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
@@ -254,44 +255,54 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
     parts = unpack(load_entry(tree, request.entry)())
     model, inputs = parts["model"], parts["inputs"]
     device = torch.device(request.device)
+    distributed = request.nproc > 0  # one rank of N: the entry placed and wrapped the model
+    if distributed and not ranks.initialised():
+        raise EntryError(
+            "with --nproc the entry initialises the process group in every rank "
+            "(torch.distributed.init_process_group), as the trainer does, and returns the model as "
+            "the trainer wraps it (DDP, FSDP, fully_shard) with this rank's inputs"
+        )
+    handed_state = ranks.of_rank(request.state, ranks.rank()) if distributed else request.state
     report = SideReport(
         device=str(device), emulated=_emulated(), backing=_backing(device), versions=_versions()
     )
     if request.role == "original":
         if request.realistic:
             _realistic_weights(model)
-        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        handed = {"state_dict": state, "inputs": _to(inputs, "cpu")}  # saved after the forward
+        # saved after the forward
+        handed = {"state_dict": _weights(model, distributed), "inputs": _to(inputs, "cpu")}
     else:
-        given = torch.load(request.state, weights_only=False)
+        given = torch.load(handed_state, weights_only=False)
         mapped = map_weights(given["state_dict"], request.weights_map)
-        weights, report.fused_weights = fuse_weights(mapped, model.state_dict())
+        weights, report.fused_weights = fuse_weights(mapped, _weights(model, distributed))
         try:
-            result = model.load_state_dict(weights, strict=False)
+            missing, unexpected = _load_weights(model, weights, distributed)
         except RuntimeError as exc:  # shapes that do not fit
             raise EntryError(
                 f"the migrated model cannot take the original weights: {str(exc).splitlines()[-1].strip()}"
             ) from None
-        # missing_keys: the migrated model has them, the original weights do not; unexpected: the reverse
-        report.state_mismatch = [f"missing on the migrated side: {k}" for k in result.unexpected_keys] + [
-            f"only on the migrated side: {k}" for k in result.missing_keys
+        # missing: the migrated model has them, the original weights do not; unexpected: the reverse
+        report.state_mismatch = [f"missing on the migrated side: {k}" for k in unexpected] + [
+            f"only on the migrated side: {k}" for k in missing
         ]
         inputs = _tensors_like(inputs, given["inputs"])
-    model.to(device)
-    inputs = _to(inputs, device)
+    if not distributed:  # a rank's model and inputs stay where its entry put them
+        model.to(device)
+        inputs = _to(inputs, device)
     model.eval()
 
     with torch.no_grad():
         call(model, inputs)  # warm-up
         report.forward_ms = _timed(lambda: call(model, inputs))
-        recorder = ModuleRecorder(model)
+        modules = ranks.named_modules(model) if distributed else list(model.named_modules())
+        recorder = ModuleRecorder(modules)
         with _memory(device) as memory, RandomDraws() as draws:
             output = call(model, inputs)
         recorder.close()
         if request.role == "original":  # with what each call got and returned, for the replay
             calls = {"call_inputs": _by_key(recorder.inputs), "call_outputs": _by_key(recorder.rows)}
-            torch.save({**handed, **calls}, request.state)
-        else:
+            torch.save({**handed, **calls}, handed_state)
+        elif not distributed:  # a module called alone in one rank may wait on a collective forever
             from npu_migrate.verify.replay import replay
 
             with uncounted():
@@ -310,7 +321,7 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
     report.activation_bytes = recorder.activation_bytes
     report.elementwise = [
         name or "(model)"
-        for name, module in model.named_modules()
+        for name, module in modules
         if not any(True for _ in module.children())
         and not any(True for _ in module.parameters(recurse=False))
     ]
@@ -323,8 +334,24 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
 
         report.onnx = onnx_report(model, inputs)
     root = Path(request.tree).resolve()
-    report.steps = _train(model, inputs, parts, request.steps, report, root) if request.steps else []
+    if request.steps:
+        report.steps = _train(model, inputs, parts, request.steps, report, root, distributed)
     return report
+
+
+def _weights(model: Any, distributed: bool) -> dict[str, Any]:
+    """The model's parameters and buffers by name, on the CPU (a rank's: gathered, unwrapped)."""
+    if distributed:
+        return ranks.model_state(model)
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def _load_weights(model: Any, weights: dict[str, Any], distributed: bool) -> tuple[list[str], list[str]]:
+    """Load weights (whole, by name); the names (missing, unexpected) as load_state_dict says."""
+    if distributed:
+        return ranks.load_model_state(model, weights)
+    result = model.load_state_dict(weights, strict=False)
+    return list(result.missing_keys), list(result.unexpected_keys)
 
 
 def _realistic_weights(model: Any) -> None:
@@ -366,7 +393,13 @@ def _by_key(rows: list[tuple[str, str, Any]]) -> dict[str, Any]:
 
 
 def _train(
-    model: Any, inputs: Any, parts: dict[str, Any], steps: int, report: SideReport, root: Path
+    model: Any,
+    inputs: Any,
+    parts: dict[str, Any],
+    steps: int,
+    report: SideReport,
+    root: Path,
+    distributed: bool,
 ) -> list[Step]:
     import torch
 
@@ -378,7 +411,7 @@ def _train(
     report.optimizer = type(optimizer).__name__ + ("" if parts["optimizer"] else " (verify's default)")
     model.train()  # NoDropout turns the dropout modules off, with the functional kinds
     history = []
-    report.start = training_state(model, None)
+    report.start = training_state(model, None, distributed)
     off = NoDropout(root)
     for _ in range(steps):
         start = time.perf_counter()
@@ -387,8 +420,10 @@ def _train(
             optimizer.zero_grad()
             loss.backward()
         report.random = sorted(set(report.random) | draws.names)
-        grads = {
-            n: p.grad.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None
+        grads = {  # after the backward's all-reduce; a rank's gathered, by the unwrapped names
+            (ranks.unwrapped(n) if distributed else n): ranks.full(p.grad).detach().to("cpu", copy=True)
+            for n, p in model.named_parameters()
+            if p.grad is not None
         }
         norm = (
             torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads.values()])).item()
@@ -401,7 +436,7 @@ def _train(
                 loss=loss.item(),
                 grad_norm=norm,
                 grads=grads,
-                state=training_state(model, optimizer),
+                state=training_state(model, optimizer, distributed),
                 ms=(time.perf_counter() - start) * 1000,
             )
         )
@@ -412,11 +447,14 @@ def _train(
     return history
 
 
-def training_state(model: Any, optimizer: Any | None) -> dict[str, Any]:
+def training_state(model: Any, optimizer: Any | None, distributed: bool = False) -> dict[str, Any]:
     """What a step leaves behind, by name: parameters, buffers (BatchNorm's running statistics)
     and the optimizer's state per parameter (Adam's moments, momentum buffers); without an
-    optimizer, what the first step starts from."""
+    optimizer, what the first step starts from. A rank's is gathered where sharded."""
     import torch
+
+    if distributed:
+        return ranks.training_state(model, optimizer)
 
     def cpu(tensor: Any) -> Any:
         return tensor.detach().to("cpu", copy=True)
@@ -524,19 +562,25 @@ def main() -> int:
     tree = Path(request.tree)
     if request.timeout:  # just before the parent stops this side: where it was, on stderr
         faulthandler.dump_traceback_later(max(1.0, request.timeout - 2), exit=False)
+    out = Path(ranks.of_rank(request.out, ranks.rank()) if request.nproc else request.out)
     try:
         report = run(request)
     except EntryError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _failed(EXIT_USER_ERROR, str(exc), out)
     except Exception as exc:  # whose code failed decides what the user is shown
-        code, message = failure(exc, tree)
-        print(message, file=sys.stderr)
-        return code
+        return _failed(*failure(exc, tree), out)
     import torch
 
-    torch.save(report, request.out)
+    torch.save(report, out)
     return 0
+
+
+def _failed(code: int, message: str, out: Path) -> int:
+    """Say why this side failed, on stderr and beside its report (OUT.err: the parent reads a
+    rank's own words there, apart from the other ranks' and torchrun's)."""
+    print(message, file=sys.stderr)
+    out.with_suffix(".err").write_text(json.dumps({"code": code, "message": message}))
+    return code
 
 
 if __name__ == "__main__":

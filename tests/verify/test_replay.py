@@ -76,7 +76,7 @@ class Model(torch.nn.Module):
 
 
 def recorded(model: torch.nn.Module, x: torch.Tensor) -> tuple[ModuleRecorder, SideReport]:
-    recorder = ModuleRecorder(model)
+    recorder = ModuleRecorder(model.named_modules())
     with torch.no_grad():
         output = model(x)
     recorder.close()

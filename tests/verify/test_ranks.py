@@ -1,0 +1,85 @@
+"""`verify --nproc 2`: each side under torchrun with two ranks, the entry initialising the process
+group and wrapping its model as the trainer does (DDP, FSDP), compared rank by rank; a planted
+communication hook that sums the ranks' gradients where DDP averages them fails at the rank and
+the parameter (fixtures/verify/ddp, fixtures/verify/fsdp)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npu_migrate.verify.ranks import unwrapped
+from tests.fixture_cases import run_cli
+from tests.verify.test_verify import CASES, pair, verify
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(
+    ("model", "modules"), [("ddp", {"0", "3"}), ("fsdp", {"blocks.0", "blocks.1.up", "head"})]
+)
+def test_a_correct_distributed_migration_passes_on_every_rank(
+    model: str, modules: set[str], tmp_path: Path
+) -> None:
+    code, data, output = verify(tmp_path, *pair(model, "migrated"), "--nproc", "2", "--steps", "3")
+    assert code == 0, output
+    assert data["rank"] == 0 and [r["passed"] for r in data["ranks"]] == [True, True]
+    assert "2 ranks each under torchrun" in output and "each of the 2 ranks agrees" in output
+    names = {row["module"] for row in data["rows"]}
+    assert modules <= names, names  # the model's own names, the wrappers' left out
+    assert not any("_fsdp_wrapped_module" in n or n.startswith("module") for n in names), names
+    assert len(data["steps"]) == 3 and all(step["passed"] for step in data["steps"])
+    losses = [(s["loss_original"], s["loss_migrated"]) for s in data["steps"]]
+    assert all(a == pytest.approx(b, rel=1e-6) for a, b in losses) and losses[2][0] < losses[0][0]
+    assert data["steps"][0]["state_compared"] > 0  # parameters and AdamW's moments, gathered
+
+
+def test_gradients_summed_where_ddp_averages_fail_at_the_rank_and_the_parameter(tmp_path: Path) -> None:
+    code, data, output = verify(
+        tmp_path, *pair("ddp", "migrated_summed_gradients"), "--nproc", "2", "--steps", "2"
+    )
+    assert code == 1, output
+    assert data["first_divergence"] is None and all(r["passed"] for r in data["rows"]), "the forward agrees"
+    assert data["rank"] == 0 and [r["passed"] for r in data["ranks"]] == [False, False]
+    assert "ranks: rank 0 of 2 diverges first (diverging: ranks 0, 1)" in output
+    assert "training diverges at step 1, first at gradient of 3.bias (the nearest the loss)" in output
+    first = data["steps"][0]
+    assert first["loss_original"] == pytest.approx(first["loss_migrated"], rel=1e-6)
+    assert first["grad_norm_migrated"] == pytest.approx(2 * first["grad_norm_original"], rel=1e-5)
+
+
+def test_an_entry_that_starts_no_process_group_is_told_how(tmp_path: Path) -> None:
+    code, _, output = verify(tmp_path, *pair("cnn", "migrated"), "--nproc", "2")
+    assert code == 2
+    assert "error: the original side failed:\nrank 0 of 2: with --nproc the entry initialises" in output
+    assert "Traceback" not in output and "ChildFailedError" not in output
+
+
+def test_what_works_on_one_process_only_is_refused_up_front(tmp_path: Path) -> None:
+    tree = CASES / "ddp" / "original"
+    refused = run_cli(
+        "verify",
+        "--original",
+        tree,
+        "--migrated",
+        tree,
+        "--entry",
+        "entry.py:build",
+        "--nproc",
+        "2",
+        "--onnx",
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2
+    assert (
+        refused.stderr.strip()
+        == "error: --nproc runs the model in several ranks; --dump and --onnx work on one process"
+    )
+
+
+def test_names_are_the_models_own_under_any_wrapper() -> None:
+    assert unwrapped("module.0.weight") == "0.weight"
+    assert unwrapped("_fsdp_wrapped_module.blocks.0._fsdp_wrapped_module.up.weight") == "blocks.0.up.weight"
+    assert unwrapped("module") == "" and unwrapped("blocks.0._fsdp_wrapped_module") == "blocks.0"
+    assert unwrapped("encoder.module.weight") == "encoder.module.weight"  # a user's own `module`
