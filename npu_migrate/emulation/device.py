@@ -213,6 +213,23 @@ def _register_hccl() -> None:
         "hccl", plugin.creator_fn if plugin is not None else _gloo, devices=["cpu", "npu"]
     )
     vars(dist)["is_hccl_available"] = lambda: True
+    c10d = dist.distributed_c10d
+    setattr(c10d, "BackendConfig", _backend_config(c10d.BackendConfig))  # noqa: B010  (mypy: a class)
+
+
+def _backend_config(config: Any) -> type:
+    """A process group whose backend torch picks for the accelerator (`init_process_group()`
+    with no backend, as `init_device_mesh` calls it) gets hccl for "npu" only; on the emulation
+    an NPU tensor is a tensor of the backing device, so that backend carries the backing's too."""
+
+    class BackendConfig(config):
+        def __init__(self, backend: Any) -> None:
+            super().__init__(backend)
+            chosen = self.device_backend_map
+            if "npu" in chosen and state.backing().type not in chosen:
+                chosen[state.backing().type] = chosen["npu"]
+
+    return BackendConfig
 
 
 def _saved_inputs(frame: Any) -> tuple[Any, Any]:

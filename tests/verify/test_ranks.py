@@ -1,5 +1,6 @@
 """`verify --nproc 2`: each side under torchrun with two ranks, the entry initialising the process
-group and wrapping its model as the trainer does (DDP, FSDP), compared rank by rank; a planted
+group and wrapping its model as the trainer does (DDP, FSDP, FSDP2's fully_shard on a device mesh
+that starts the group itself), compared rank by rank; a planted
 communication hook that sums the ranks' gradients where DDP averages them fails at the rank and
 the parameter (fixtures/verify/ddp, fixtures/verify/fsdp)."""
 
@@ -17,7 +18,8 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize(
-    ("model", "modules"), [("ddp", {"0", "3"}), ("fsdp", {"blocks.0", "blocks.1.up", "head"})]
+    ("model", "modules"),
+    [("ddp", {"0", "3"}), ("fsdp", {"blocks.0", "blocks.1.up", "head"}), ("fsdp2", {"1", "1.norm", "3"})],
 )
 def test_a_correct_distributed_migration_passes_on_every_rank(
     model: str, modules: set[str], tmp_path: Path
