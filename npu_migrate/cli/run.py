@@ -31,20 +31,21 @@ def run(
     path = Path(script)
     if path.is_dir():
         common.fail(f"{script} is a folder; give the script to run")
-    command = None if path.is_file() else shutil.which(script)
-    if not path.is_file() and command is None:
-        common.fail(f"no such script or command: {script}")
     try:
         from npu_migrate.emulation.runner import (
             real_torch_npu_imports,
             run_command,
             run_script,
             runs_in_python,
+            search_path,
         )
     except ImportError as exc:
         common.needs_torch("run", exc)
     if emulate is None:
         emulate = not real_torch_npu_imports()
+    command = None if path.is_file() else shutil.which(script, path=search_path(emulate))
+    if not path.is_file() and command is None:
+        common.fail(f"no such script or command: {script}")
     if command is None and runs_in_python(path):
         raise typer.Exit(run_script(path, list(ctx.args), emulate))
     raise typer.Exit(run_command([command or str(path), *ctx.args], emulate))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -215,6 +216,27 @@ def _register_hccl() -> None:
     vars(dist)["is_hccl_available"] = lambda: True
     c10d = dist.distributed_c10d
     setattr(c10d, "BackendConfig", _backend_config(c10d.BackendConfig))  # noqa: B010  (mypy: a class)
+    vars(dist)["all_gather_into_tensor"] = _gather_into_any_shape(dist.all_gather_into_tensor)
+
+
+def _gather_into_any_shape(gather: Any) -> Any:
+    """`all_gather_into_tensor` as hccl (and nccl) take it: an output of any shape with room for
+    every rank's input (accelerate gathers into a flat one where the backend is not gloo); gloo
+    takes only the ranks' inputs concatenated along the first dimension, so that is the view
+    it is handed."""
+    import torch.distributed as dist
+
+    @functools.wraps(gather)
+    def into_any_shape(
+        output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False
+    ) -> Any:  # torch's parameter names: callers pass them by keyword
+        if dist.get_backend(group) == "hccl" and input_tensor.dim() > 0 and output_tensor.is_contiguous():
+            rows = dist.get_world_size(group) * input_tensor.shape[0]
+            if output_tensor.numel() == rows * math.prod(input_tensor.shape[1:]):
+                output_tensor = output_tensor.view(rows, *input_tensor.shape[1:])
+        return gather(output_tensor, input_tensor, group, async_op)
+
+    return into_any_shape
 
 
 def _backend_config(config: Any) -> type:

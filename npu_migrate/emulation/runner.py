@@ -35,16 +35,24 @@ def runs_in_python(script: Path) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
+def search_path(emulate: bool) -> str:
+    """The PATH a launcher runs with: under the emulation this environment's interpreter and
+    launchers first (`python -m torch.distributed.run`, `torchrun`, `accelerate` are the ones
+    beside the torch it emulates on), else the caller's."""
+    path = os.environ.get("PATH", "")
+    return os.pathsep.join([str(Path(sys.executable).parent), path]) if emulate else path
+
+
 def run_command(argv: list[str], emulate: bool) -> int:
     """Run a launcher or a launch script as a child process, and with it every process it starts:
-    under the emulation, each finds the stand-in torch_npu (PYTHONPATH) and this environment's
-    interpreter and launchers first on PATH. A launch script without its executable bit runs
-    with bash, as `bash train.sh` would."""
+    under the emulation, each finds the stand-in torch_npu (PYTHONPATH) and search_path's
+    interpreter and launchers. A launch script without its executable bit runs with bash, as
+    `bash train.sh` would."""
     if emulate:
         from npu_migrate.emulation import use_site
 
         use_site()
-        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        os.environ["PATH"] = search_path(emulate)
     path = Path(argv[0])
     if path.is_file() and not os.access(path, os.X_OK):
         argv = ["bash", *argv]
