@@ -195,11 +195,21 @@ class _Generator(torch.Generator):
         return super().__new__(cls, device=state.real(device) if state.is_npu(device) else device)  # type: ignore[call-arg]
 
 
+# Every process group the emulated hccl made, held to the end of the process. DDP's reducer can
+# hold the last reference to its group, and it lets go with the GIL held: gloo's destructor then
+# waits for its worker threads, and one of them, dropping a finished collective, waits for the
+# GIL to release the emulation's torch function mode kept in the collective's thread-local state.
+# Held here, a group is never destroyed under the GIL (a trainer that ended hung at exit).
+_gloo_groups: list[Any] = []
+
+
 def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
     """The process group that "hccl" stands for on the CPU."""
     from torch.distributed.distributed_c10d import ProcessGroupGloo
 
-    return ProcessGroupGloo(store, rank, size, timeout)
+    group = ProcessGroupGloo(store, rank, size, timeout)
+    _gloo_groups.append(group)
+    return group
 
 
 def _register_hccl() -> None:
