@@ -121,6 +121,16 @@ BOWDPR = Snapshot(  # a retriever's launch scripts pick transformers' optimizer 
 MAMBA_TRAINING = Snapshot(  # a LoRA fine-tune asks TrainingArguments for apex's AdamW in Python
     "rangehow/mamba_training", "0fde0c6f0382160c37f76fb83e15fd154eb3df9c"
 )
+PYTORCH_EXAMPLES = Snapshot(  # PyTorch's own DDP tutorial and FSDP2 example (benchmarks/real_trainers.py)
+    "pytorch/examples",
+    "77f55b912142e11fcfdf5b530231fb9c52f181e8",
+    ("distributed/ddp-tutorial-series", "distributed/FSDP2"),
+)
+NANOGPT = Snapshot(  # nanoGPT's train.py under torchrun (benchmarks/real_trainers.py)
+    "karpathy/nanoGPT",
+    "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
+    ("train.py", "model.py", "configurator.py"),
+)
 TORCH_NPU = Release(  # the real torch_npu's sources, read and never imported (tests of names, ops, kernels)
     f"{FILES}/21/6d/677a6ac5f6696d422a8513e268318ca96ccc8209b4683a6cf6272f43ddd0/"
     "torch_npu-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",

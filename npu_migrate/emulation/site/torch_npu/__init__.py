@@ -7,3 +7,9 @@ from npu_migrate.emulation import activate as _activate
 _activate(__name__)
 
 from npu_migrate.emulation.ops import *  # noqa: E402, F403 - the fused operators, as torch_npu exports them
+
+
+def _autoload() -> None:
+    """What `import torch` calls through the `torch.backends` entry point (the dist-info beside
+    this package), as it loads the real torch_npu: device-agnostic code (`torch.accelerator`)
+    finds the NPU without importing torch_npu. Importing this package did the work."""
