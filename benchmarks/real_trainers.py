@@ -124,7 +124,8 @@ def _run(
     return done, time.perf_counter() - start
 
 
-def _losses(log: Path, rank: int) -> list[float]:
+def losses(log: Path, rank: int) -> list[float]:
+    """One rank's losses as losses/sitecustomize.py logged them (none where the rank logged none)."""
     path = Path(f"{log}.rank{rank}")
     return [json.loads(line)["loss"] for line in path.read_text().splitlines()] if path.is_file() else []
 
@@ -170,7 +171,7 @@ def measure(trainer: Trainer, work: Path) -> dict[str, object]:
             return row
     worst, steps = 0.0, []
     for rank in (0, 1):
-        a, b = _losses(work / "cpu", rank), _losses(work / "npu", rank)
+        a, b = losses(work / "cpu", rank), losses(work / "npu", rank)
         steps.append((len(a), len(b)))
         worst = max([worst, *(abs(y - x) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=False))])
     row |= {"steps": steps, "worst": worst, "passed": all(x == y > 0 for x, y in steps) and worst <= 1e-5}

@@ -7,7 +7,10 @@
 - a plain training step (forward, backward, AdamW) against one with what verify records after
   it (gradients, parameters, buffers and optimizer state copied to the CPU);
 - whole `npu-migrate verify` runs (two side processes, emulated migrated side, comparison),
-  forward only and with three steps.
+  forward only and with three steps;
+- `verify --nproc 2 --steps 3` on the DDP fixture (each side under torchrun, two ranks) against
+  plain torchrun runs of the same entry doing the same work (a warm-up, five timed and one
+  recorded forward, three steps): the original's, and the migrated copy's on the emulation.
 
     python benchmarks/verify_overhead.py [--repeat N]
 """
@@ -18,6 +21,7 @@ import argparse
 import importlib.util
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +33,28 @@ from npu_migrate.verify.replay import replay
 from npu_migrate.verify.side import training_state
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "verify" / "gpt"
+RANKS_FIXTURE = FIXTURE.parent / "ddp"
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+# One rank of the plain run: the entry's model and batch, what a verify side runs, nothing recorded.
+PLAIN_RANK = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[1])
+import entry
+parts = entry.build()
+model, inputs = parts["model"], parts["inputs"]
+model.eval()
+with torch.no_grad():
+    for _ in range(7):
+        model(*inputs)
+model.train()
+for _ in range(3):
+    loss = parts["loss_fn"](model(*inputs))
+    parts["optimizer"].zero_grad()
+    loss.backward()
+    parts["optimizer"].step()
+torch.distributed.destroy_process_group()
+"""
 
 
 def build() -> dict:
@@ -57,6 +83,38 @@ def whole_run_s(*more: str) -> float:
     return time.perf_counter() - start
 
 
+def timed_s(command: list[str | Path]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def ranks_rows(folder: Path) -> list[tuple[str, float, str]]:
+    """verify --nproc 2 against the plain torchrun runs of both sides, in seconds."""
+    script = folder / "plain_rank.py"
+    script.write_text(PLAIN_RANK)
+    original = timed_s([sys.executable, *TORCHRUN, script, RANKS_FIXTURE / "original"])
+    emulated = timed_s(
+        [sys.executable, "-m", "npu_migrate", "run", "--emulate", sys.executable, *TORCHRUN, script,
+         RANKS_FIXTURE / "migrated"]
+    )  # fmt: skip
+    verified = timed_s(
+        [sys.executable, "-m", "npu_migrate", "verify", "--original", RANKS_FIXTURE / "original",
+         "--migrated", RANKS_FIXTURE / "migrated", "--entry", "entry.py:build",
+         "--nproc", "2", "--steps", "3"]
+    )  # fmt: skip
+    both = original + emulated
+    return [
+        ("plain torchrun, original, 2 ranks (baseline)", original * 1000, ""),
+        ("plain torchrun, migrated on the emulation", emulated * 1000, ""),
+        (
+            "verify --nproc 2 --steps 3",
+            verified * 1000,
+            f"+{(verified - both) * 1000:.0f} ms, {verified / both:.2f}x both",
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=50)
@@ -65,10 +123,10 @@ def main() -> None:
     model, inputs = parts["model"].eval(), parts["inputs"]
     with torch.no_grad():
         plain = per_call_ms(lambda: model(*inputs), args.repeat)
-        recorder = ModuleRecorder(model)
+        recorder = ModuleRecorder(model.named_modules())
         hooked = per_call_ms(lambda: (recorder.rows.clear(), model(*inputs)), args.repeat)
         recorder.close()
-        recorder = ModuleRecorder(model)
+        recorder = ModuleRecorder(model.named_modules())
         model(*inputs)
         recorder.close()
     given = {key: tensor for key, _, tensor in recorder.inputs}
@@ -101,8 +159,10 @@ def main() -> None:
         ("whole verify run, forward", forward_run * 1000, f"{forward_run * 1000 / plain:.0f} forwards"),
         ("whole verify run, --steps 3", steps_run * 1000, f"+{(steps_run - forward_run) * 1000:.0f} ms"),
     ]
+    with tempfile.TemporaryDirectory() as folder:
+        rows += ranks_rows(Path(folder))
     for label, ms, ratio in rows:
-        print(f"{label:<42}{ms:10.2f} ms" + (f"  ({ratio})" if ratio else ""))
+        print(f"{label:<46}{ms:10.2f} ms" + (f"  ({ratio})" if ratio else ""))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ Losses are read step by step, without touching the trainer, by losses/sitecustom
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.real_trainers import LOSSES, losses
 from tests.fixture_cases import run_cli
 from tests.sources import ACCELERATE, fetch
 
@@ -23,7 +23,6 @@ pytest.importorskip("torch")
 
 SCRIPTS = "src/accelerate/test_utils/scripts"
 LAUNCH = ["-m", "accelerate.commands.launch", "--num_processes", "2", "--multi_gpu"]
-LOSSES = Path(__file__).parent / "losses"
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +49,6 @@ def launch(
     return subprocess.run(
         command, cwd=tree, env={**os.environ, **env}, capture_output=True, text=True, check=False
     )
-
-
-def losses(log: Path, rank: int) -> list[float]:
-    return [json.loads(line)["loss"] for line in Path(f"{log}.rank{rank}").read_text().splitlines()]
 
 
 def test_gradient_synchronisation_runs_as_on_the_cpu_with_two_emulated_npus(trees: tuple[Path, Path]) -> None:
