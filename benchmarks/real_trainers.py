@@ -167,7 +167,8 @@ def measure(trainer: Trainer, work: Path) -> dict[str, object]:
     for side, done in (("original", before), ("migrated", after)):
         if done.returncode != 0:
             said = [line for line in (done.stderr + done.stdout).splitlines() if "Error" in line]
-            row["error"] = f"the {side} exited {done.returncode}: {said[0] if said else done.stderr[-500:]}"
+            why = (said[0] if said else done.stderr[-500:])[:160]
+            row["error"] = f"the {side} exited {done.returncode}: {why}"
             return row
     worst, steps = 0.0, []
     for rank in (0, 1):
