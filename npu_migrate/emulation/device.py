@@ -5,10 +5,12 @@ generators, torch.compile and the hccl backend accept "npu"."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -195,12 +197,15 @@ class _Generator(torch.Generator):
         return super().__new__(cls, device=state.real(device) if state.is_npu(device) else device)  # type: ignore[call-arg]
 
 
-# Every process group the emulated hccl made, held to the end of the process. DDP's reducer can
-# hold the last reference to its group, and it lets go with the GIL held: gloo's destructor then
-# waits for its worker threads, and one of them, dropping a finished collective, waits for the
-# GIL to release the emulation's torch function mode kept in the collective's thread-local state.
-# Held here, a group is never destroyed under the GIL (a trainer that ended hung at exit).
+# Gloo's worker threads keep each collective's thread-local state, which holds the emulation's
+# torch function mode (a Python object): dropping a finished collective takes the GIL. Two ends
+# go wrong. DDP's reducer can hold the last reference to its group and let go with the GIL held,
+# while gloo's destructor waits for a worker waiting for the GIL (a trainer that ended hung at
+# exit): every group hccl makes is held here to the end of the process. And a worker still
+# dropping a collective when the interpreter finalises is stopped inside C++ (std::terminate):
+# at exit, the GIL is let go for a moment first, for them to finish.
 _gloo_groups: list[Any] = []
+_GLOO_SETTLE_S = 0.2
 
 
 def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
@@ -208,6 +213,8 @@ def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
     from torch.distributed.distributed_c10d import ProcessGroupGloo
 
     group = ProcessGroupGloo(store, rank, size, timeout)
+    if not _gloo_groups:
+        atexit.register(time.sleep, _GLOO_SETTLE_S)
     _gloo_groups.append(group)
     return group
 
