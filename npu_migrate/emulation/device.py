@@ -203,7 +203,7 @@ class _Generator(torch.Generator):
 # while gloo's destructor waits for a worker waiting for the GIL (a trainer that ended hung at
 # exit): every group hccl makes is held here to the end of the process. And a worker still
 # dropping a collective when the interpreter finalises is stopped inside C++ (std::terminate):
-# at exit, the GIL is let go for a moment first, for them to finish.
+# at exit, the GIL is let go for a moment first, for them to finish (any gloo group's, install).
 _gloo_groups: list[Any] = []
 _GLOO_SETTLE_S = 0.2
 
@@ -213,8 +213,6 @@ def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
     from torch.distributed.distributed_c10d import ProcessGroupGloo
 
     group = ProcessGroupGloo(store, rank, size, timeout)
-    if not _gloo_groups:
-        atexit.register(time.sleep, _GLOO_SETTLE_S)
     _gloo_groups.append(group)
     return group
 
@@ -380,6 +378,7 @@ def install(backing: str | None = None) -> torch.device:
         else:
             setattr(owner, name, value)
     _register_hccl()
+    atexit.register(time.sleep, _GLOO_SETTLE_S)
     _NpuDevices().__enter__()
     _installed = state.installed = True
     return device
