@@ -10,14 +10,13 @@ import contextlib
 import functools
 import math
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from npu_migrate.emulation import amp, npu_module, state, tensors
+from npu_migrate.emulation import amp, npu_module, settle, state, tensors
 
 _installed = False
 
@@ -197,15 +196,11 @@ class _Generator(torch.Generator):
         return super().__new__(cls, device=state.real(device) if state.is_npu(device) else device)  # type: ignore[call-arg]
 
 
-# Gloo's worker threads keep each collective's thread-local state, which holds the emulation's
-# torch function mode (a Python object): dropping a finished collective takes the GIL. Two ends
-# go wrong. DDP's reducer can hold the last reference to its group and let go with the GIL held,
-# while gloo's destructor waits for a worker waiting for the GIL (a trainer that ended hung at
-# exit): every group hccl makes is held here to the end of the process. And a worker still
-# dropping a collective when the interpreter finalises is stopped inside C++ (std::terminate):
-# at exit, the GIL is let go for a moment first, for them to finish (any gloo group's, install).
+# Every group hccl makes is held here to the end of the process. DDP's reducer can hold the last
+# reference to its group and let go of it with the GIL held, while gloo's destructor waits for a
+# worker that waits for the GIL to free a collective's tensor (see emulation.settle): a trainer
+# that ended hung at exit (py-spy --native).
 _gloo_groups: list[Any] = []
-_GLOO_SETTLE_S = 0.2
 
 
 def _gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
@@ -378,7 +373,7 @@ def install(backing: str | None = None) -> torch.device:
         else:
             setattr(owner, name, value)
     _register_hccl()
-    atexit.register(time.sleep, _GLOO_SETTLE_S)
+    atexit.register(settle.threads)  # first registered, last run: after the program's own
     _NpuDevices().__enter__()
     _installed = state.installed = True
     return device

@@ -2,9 +2,16 @@
 where LOSS_LOG is set, each scalar `backward()` called from a file named LOSS_SCRIPT appends
 that call's line and loss, as JSON, to LOSS_LOG.rank<RANK>: the trainer's losses step by step,
 read without changing its code. LOSS_SEED seeds torch first, for trainers that draw their data
-unseeded (pytorch/examples' ddp-tutorial-series)."""
+unseeded (pytorch/examples' ddp-tutorial-series). Every process, the originals on the CPU too,
+waits at exit for its threads to settle as the emulation's do (npu_migrate.emulation.settle):
+torch 2.13's gloo otherwise aborts a CPU trainer at exit now and then on a busy machine."""
 
+import atexit
 import os
+
+from npu_migrate.emulation import settle
+
+atexit.register(settle.threads)
 
 if os.environ.get("LOSS_LOG"):
     import json
