@@ -7,6 +7,7 @@ The original side also saves its weights and inputs, so the migrated side starts
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import importlib.util
@@ -20,6 +21,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from npu_migrate.emulation import settle
 from npu_migrate.verify import ranks
 from npu_migrate.verify.protocol import SideReport, SideRequest, Step, WeightSource
 
@@ -563,6 +565,8 @@ def main() -> int:
     if request.timeout:  # just before the parent stops this side: where it was, on stderr
         faulthandler.dump_traceback_later(max(1.0, request.timeout - 2), exit=False)
     out = Path(ranks.of_rank(request.out, ranks.rank()) if request.nproc else request.out)
+    if request.nproc:  # the original's gloo as the emulation's: its workers done before finalising
+        atexit.register(settle.threads)
     try:
         report = run(request)
     except EntryError as exc:
