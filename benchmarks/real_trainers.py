@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,6 +130,18 @@ def losses(log: Path, rank: int) -> list[float]:
     return [json.loads(line)["loss"] for line in path.read_text().splitlines()] if path.is_file() else []
 
 
+def edit_for_the_cpu(script: Path, edits: Sequence[tuple[str, str]]) -> str | None:
+    """Make a CUDA original's few edits to run with gloo on the CPU, in place: each edit's text
+    must still be in the script (else that text is returned and nothing is written)."""
+    text = script.read_text()
+    for old, new in edits:
+        if old not in text:
+            return old
+        text = text.replace(old, new)
+    script.write_text(text)
+    return None
+
+
 def measure(trainer: Trainer, work: Path) -> dict[str, object]:
     """Both runs of one trainer, and how their losses compare."""
     source = checkout(trainer.source) / trainer.folder
@@ -143,12 +155,9 @@ def measure(trainer: Trainer, work: Path) -> dict[str, object]:
         (line for line in applied.stdout.splitlines() if line.startswith("rewrote")), "rewrote nothing"
     )
     shutil.copytree(original, cpu)
-    text = (cpu / trainer.script).read_text()
-    for old, new in trainer.on_the_cpu:
-        if old not in text:
-            return {"trainer": trainer.name, "error": f"the original no longer has {old!r}"}
-        text = text.replace(old, new)
-    (cpu / trainer.script).write_text(text)
+    missing = edit_for_the_cpu(cpu / trainer.script, trainer.on_the_cpu)
+    if missing is not None:
+        return {"trainer": trainer.name, "error": f"the original no longer has {missing!r}"}
     for tree in (cpu, migrated):
         if trainer.prepare is not None:
             trainer.prepare(tree)
