@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import urllib.request
@@ -165,6 +166,12 @@ DIFFUSERS = Release(
     "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f",
     "diffusers",
 )
+DEEPSPEED = Release(  # its launcher and ZeRO on the emulation (built from source, ops left out)
+    f"{FILES}/bc/d8/3162fc810870df1183e686ec70b57028b464a5940b148a90767c727f113c/deepspeed-0.19.8.tar.gz",
+    "9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af",
+    "deepspeed-0.19.8",
+)
+DEEPSPEED_NEEDS = ("hjson==3.1.0", "py-cpuinfo==9.0.0", "msgpack==1.2.4", "ninja==1.13.2")
 
 
 def torch_npu_sources() -> Path:
@@ -194,6 +201,24 @@ def checkout(snapshot: Snapshot) -> Path:
         if done.returncode:
             raise SystemExit(f"{snapshot.repo}@{snapshot.commit}: {done.stderr.strip()}")
         _unpack(archive, target)
+    return target
+
+
+def installed(release: Release, needs: tuple[str, ...], env: dict[str, str]) -> Path:
+    """A folder for PYTHONPATH (its `bin` for PATH) holding the release built from its source
+    against this environment's torch (no build isolation: an isolated build would download
+    another torch) and the pinned packages it `needs`; built once, `env` set for the build."""
+    target = CACHE / f"{release.name.removesuffix('.tar.gz')}-installed"
+    if not target.is_dir():
+        source = fetch(release)
+        scratch = Path(tempfile.mkdtemp(dir=CACHE))
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(scratch)]
+        build = [*pip, "--no-build-isolation", str(source), *needs]
+        subprocess.run(build, env={**os.environ, **env}, check=True)
+        try:
+            scratch.rename(target)
+        except OSError:  # another test process built it meanwhile
+            shutil.rmtree(scratch)
     return target
 
 

@@ -25,6 +25,16 @@ def run(
         ),
     ],
     emulate: common.Emulate = None,
+    npus: Annotated[
+        int | None,
+        typer.Option(
+            "--npus",
+            min=1,
+            help="How many NPUs the emulated host has (what torch.npu.device_count(), npu-smi and "
+            "launchers such as deepspeed see); default: one per rank torchrun starts, else one.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a migrated script as `python SCRIPT ARGS` would, or a launcher and every process it
     starts, on the NPU emulation where no NPU exists."""
@@ -33,6 +43,7 @@ def run(
         common.fail(f"{script} is a folder; give the script to run")
     try:
         from npu_migrate.emulation.runner import (
+            emulate_the_host,
             real_torch_npu_imports,
             run_command,
             run_script,
@@ -43,12 +54,16 @@ def run(
         common.needs_torch("run", exc)
     if emulate is None:
         emulate = not real_torch_npu_imports()
+    if npus is not None and not emulate:
+        common.fail("--npus sets the emulated host's NPUs: it needs the emulation (--emulate)")
     command = None if path.is_file() else shutil.which(script, path=search_path(emulate))
     if not path.is_file() and command is None:
         common.fail(f"no such script or command: {script}")
+    if emulate:
+        emulate_the_host(npus)
     if command is None and runs_in_python(path):
         raise typer.Exit(run_script(path, list(ctx.args), emulate))
-    raise typer.Exit(run_command([command or str(path), *ctx.args], emulate))
+    raise typer.Exit(run_command([command or str(path), *ctx.args]))
 
 
 #####VERIFY

@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SITE = Path(__file__).parent / "site"
+CANN_HOME = Path(__file__).parent / "cann"  # no toolkit inside: see its README
 BACKING_VARIABLE = "NPU_MIGRATE_BACKING"  # cpu, cuda or cuda:N; default: cuda if present, else cpu
+NPUS_VARIABLE = "NPU_MIGRATE_NPUS"  # how many NPUs the emulated host has (`run --emulate --npus N`)
+BIN = Path(__file__).parent / "bin"  # the emulated host's tools (npu-smi), first on a launcher's PATH
 
 _announced = False
 
@@ -24,6 +27,7 @@ def activate(package: str = "torch_npu") -> None:
     from npu_migrate.emulation import amp, device, npu_module, optim, profiler
 
     backing = device.install(os.environ.get(BACKING_VARIABLE))
+    os.environ.setdefault("ASCEND_HOME_PATH", str(CANN_HOME))  # as CANN's set_env.sh sets it
     aliases = {
         f"{package}.npu": npu_module,
         f"{package}.npu.utils": npu_module,  # its names are torch.npu's (mmengine imports it)
@@ -44,6 +48,15 @@ def activate(package: str = "torch_npu") -> None:
     if not _announced:
         print(f"npu-migrate: torch_npu is emulated on {backing} (no NPU in use)", file=sys.stderr)
         _announced = True
+
+
+def host_npus() -> int:
+    """How many NPUs the emulated host has on a CPU backing (no torch needed: npu-smi asks too)."""
+    for variable in (NPUS_VARIABLE, "LOCAL_WORLD_SIZE"):
+        value = os.environ.get(variable, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
 
 
 def use_site() -> None:

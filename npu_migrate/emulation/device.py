@@ -51,6 +51,9 @@ class _NpuDevices(TorchFunctionMode):
         return tensors.place(func, args, kwargs, result, where)
 
 
+_MODE = _NpuDevices()  # on from install to the end of the process
+
+
 def _index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -87,16 +90,31 @@ def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
     return self.to(state.Device("npu", state.index_of(device)))
 
 
-def _under_the_mode(original: Any, detaching: bool = False) -> Any:
-    """Code torch runs from inside backward (checkpoint's recompute of the forward), where no
-    mode is on (backward was called from the mode's own handler), run under the mode as the
-    forward was: its tensors are on the NPU again, as checkpoint's check of them expects.
-    `detaching`: the recompute's saved-tensor hook detaches what it saves, inside an op where no
-    mode sees it; while it runs, a detached tensor is where its source is."""
+def _engine_under_the_mode(run: Any) -> Any:
+    """Backward runs under the mode, as the forward ran: `loss.backward()` (and `autograd.backward`
+    or `grad`) reaches the mode, whose handler calls it with the mode popped (torch's
+    handle_torch_function), so the Python code backward runs (FSDP's unshard and reduce-scatter,
+    DeepSpeed ZeRO's gradient hooks, checkpoint's recompute, custom Functions' backward) would
+    otherwise find no NPU: its tensors on the backing, "npu" unknown. The engine is started with
+    the mode put back where it is missing."""
+
+    @functools.wraps(run)
+    def under(*args: Any, **kwargs: Any) -> Any:
+        if _MODE in torch.overrides._get_current_function_mode_stack():
+            return run(*args, **kwargs)
+        with _MODE:
+            return run(*args, **kwargs)
+
+    return under
+
+
+def _detaching(original: Any) -> Any:
+    """Checkpoint's recompute of the forward: its saved-tensor hook detaches what it saves, inside
+    an op where no mode sees it; while it runs, a detached tensor is where its source is."""
 
     @functools.wraps(original)
     def run(*args: Any, **kwargs: Any) -> Any:
-        with _NpuDevices(), _detach_keeps_its_device() if detaching else contextlib.nullcontext():
+        with _detach_keeps_its_device():
             return original(*args, **kwargs)
 
     return run
@@ -286,20 +304,29 @@ def _saved_inputs(frame: Any) -> tuple[Any, Any]:
 
 def _checkpoint_metadata(tensor: torch.Tensor) -> dict[str, Any]:
     """Checkpoint's check that a recomputed tensor is the saved one (shape, dtype, device), with
-    the device the emulation says (inside an op, or in backward, no mode reads it)."""
+    the device the emulation says (the check runs inside an op, where no mode reads it)."""
     device = tensors.read("device", tensor, tensor.device)
     return {"shape": tensor.shape, "dtype": tensor.dtype, "device": device}
 
 
+def _engine_runs() -> list[tuple[object, str, object]]:
+    """Where torch.autograd's backward and grad start the engine (torch.compiler patches the same
+    two names)."""
+    import torch.autograd.graph
+
+    under = _engine_under_the_mode(torch.autograd.graph._engine_run_backward)
+    return [(module, "_engine_run_backward", under) for module in (torch.autograd, torch.autograd.graph)]
+
+
 def _recomputations() -> list[tuple[object, str, object]]:
-    """Checkpoint's recomputation, in both of its forms (torch 2.13's private names: where a
-    torch lacks one, that form is left as it is)."""
+    """Checkpoint's recomputation (torch 2.13's private names: where a torch lacks one, that part
+    is left as it is)."""
     import torch.utils.checkpoint as checkpoint
 
     found: list[tuple[object, str, object]] = []
     if hasattr(checkpoint, "_run_fn_with_dynamo_disabled"):  # use_reentrant=False
-        found.append((checkpoint, "_run_fn_with_dynamo_disabled",
-                      _under_the_mode(checkpoint._run_fn_with_dynamo_disabled, detaching=True)))  # fmt: skip
+        recompute = checkpoint._run_fn_with_dynamo_disabled
+        found.append((checkpoint, "_run_fn_with_dynamo_disabled", _detaching(recompute)))
     frame = getattr(checkpoint, "_CheckpointFrame", None)
     if frame is not None and hasattr(frame, "get_inputs"):
         save_inputs, get_inputs = _saved_inputs(frame)
@@ -307,38 +334,7 @@ def _recomputations() -> list[tuple[object, str, object]]:
     checks = getattr(checkpoint, "_allowed_determinism_checks_to_fns", {})
     if "default" in checks:  # what a saved tensor is checked against, read where no mode may be on
         found.append((checks, "default", _checkpoint_metadata))
-    function = getattr(checkpoint, "CheckpointFunction", None)  # use_reentrant=True
-    if function is not None:
-        found.append((function, "backward", staticmethod(_under_the_mode(function.backward))))
     return found
-
-
-def _fsdp_backward_hooks() -> list[tuple[object, str, object]]:
-    """FSDP's code that runs inside backward (unshard, reduce-scatter, reshard), where no mode is
-    on: run under the mode, as its forward ran, so that its parameters are on the NPU it computes
-    on (its checks and allocations would otherwise see, or name, the backing). FSDP1's hooks are
-    module functions and FSDP2's (`fully_shard`) methods, each looked up when a forward registers
-    them, so that patching them by name is enough."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return []
-    from torch.distributed.fsdp import _runtime_utils as fsdp1
-    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
-    from torch.distributed.fsdp._fully_shard import _fsdp_state as state2
-
-    hooks: list[tuple[object, str]] = [
-        (fsdp1, "_pre_backward_hook"),
-        (fsdp1, "_post_backward_hook"),
-        (fsdp1, "_post_backward_reshard_only_hook"),
-        (fsdp1, "_post_backward_final_callback"),
-        (state2.FSDPState, "_pre_backward"),
-        (state2.FSDPState, "_root_post_backward_final_callback"),
-        (group.FSDPParamGroup, "post_backward"),
-    ]
-    return [
-        (owner, name, _under_the_mode(getattr(owner, name))) for owner, name in hooks if hasattr(owner, name)
-    ]
 
 
 def install(backing: str | None = None) -> torch.device:
@@ -364,7 +360,7 @@ def install(backing: str | None = None) -> torch.device:
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
         (torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream)),
         *_recomputations(),
-        *_fsdp_backward_hooks(),
+        *_engine_runs(),
         (torch, "Generator", _Generator),
     ]
     for owner, name, value in patches:
@@ -374,6 +370,6 @@ def install(backing: str | None = None) -> torch.device:
             setattr(owner, name, value)
     _register_hccl()
     atexit.register(settle.threads)  # first registered, last run: after the program's own
-    _NpuDevices().__enter__()
+    _MODE.__enter__()
     _installed = state.installed = True
     return device

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.emulation import amp, state, tensors  # noqa: F401 - torch.npu.amp
+from npu_migrate.emulation import amp, host_npus, state, tensors  # noqa: F401 - torch.npu.amp
 
 
 class _TensorType(type):
@@ -104,15 +104,10 @@ def _visible(raw: int) -> int:
 
 
 def device_count() -> int:
-    """The backing's CUDA devices; on the CPU, one NPU per local rank the launcher started
-    (torchrun's LOCAL_WORLD_SIZE: a host has at least as many devices as the ranks it runs), else
-    one."""
-    return _visible(torch.cuda.device_count() if _cuda() else _local_ranks())
-
-
-def _local_ranks() -> int:
-    ranks = os.getenv("LOCAL_WORLD_SIZE", "")
-    return int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1
+    """The backing's CUDA devices; on the CPU, the emulated host's NPUs: as many as
+    `run --emulate --npus N` says, else one per local rank the launcher started (torchrun's
+    LOCAL_WORLD_SIZE: a host has at least as many devices as the ranks it runs), else one."""
+    return _visible(torch.cuda.device_count() if _cuda() else host_npus())
 
 
 def set_device(device: int | str | torch.device) -> None:

@@ -36,23 +36,32 @@ def runs_in_python(script: Path) -> bool:
 
 
 def search_path(emulate: bool) -> str:
-    """The PATH a launcher runs with: under the emulation this environment's interpreter and
-    launchers first (`python -m torch.distributed.run`, `torchrun`, `accelerate` are the ones
-    beside the torch it emulates on), else the caller's."""
+    """The PATH a launcher runs with: under the emulation the emulated host's tools (npu-smi),
+    then this environment's interpreter and launchers (`python -m torch.distributed.run`,
+    `torchrun`, `accelerate` are the ones beside the torch it emulates on), else the caller's."""
     path = os.environ.get("PATH", "")
-    return os.pathsep.join([str(Path(sys.executable).parent), path]) if emulate else path
+    if not emulate:
+        return path
+    from npu_migrate.emulation import BIN
+
+    return os.pathsep.join([str(BIN), str(Path(sys.executable).parent), path])
 
 
-def run_command(argv: list[str], emulate: bool) -> int:
-    """Run a launcher or a launch script as a child process, and with it every process it starts:
-    under the emulation, each finds the stand-in torch_npu (PYTHONPATH) and search_path's
-    interpreter and launchers. A launch script without its executable bit runs with bash, as
-    `bash train.sh` would."""
-    if emulate:
-        from npu_migrate.emulation import use_site
+def emulate_the_host(npus: int | None) -> None:
+    """This process and every process it starts run on the emulated host: they find the stand-in
+    torch_npu (PYTHONPATH), the host's tools and this environment's launchers (search_path), and
+    `npus` NPUs where it is given (else emulation.host_npus decides)."""
+    from npu_migrate.emulation import NPUS_VARIABLE, use_site
 
-        use_site()
-        os.environ["PATH"] = search_path(emulate)
+    use_site()
+    os.environ["PATH"] = search_path(emulate=True)
+    if npus is not None:
+        os.environ[NPUS_VARIABLE] = str(npus)
+
+
+def run_command(argv: list[str]) -> int:
+    """Run a launcher or a launch script as a child process, and with it every process it starts.
+    A launch script without its executable bit runs with bash, as `bash train.sh` would."""
     path = Path(argv[0])
     if path.is_file() and not os.access(path, os.X_OK):
         argv = ["bash", *argv]
@@ -61,10 +70,6 @@ def run_command(argv: list[str], emulate: bool) -> int:
 
 def run_script(script: Path, args: list[str], emulate: bool) -> int:
     """Run `script` as __main__ with `args`; returns its exit code."""
-    if emulate:
-        from npu_migrate.emulation import use_site
-
-        use_site()
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.resolve().parent))
     try:

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.real_trainers import LOSSES, edit_for_the_cpu
 from tests.fixture_cases import FIXTURES, run_cli
+from tests.sources import DEEPSPEED, DEEPSPEED_NEEDS, installed
 
 SOURCE = FIXTURES / "distributed" / "src"
-SETTLING = Path(__file__).parent / "losses"  # its sitecustomize settles threads at exit (gloo's)
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2"]
 ON_THE_CPU = {  # what the original needs to run with gloo on the CPU, and nothing else
     "ddp_train.py": [
@@ -31,6 +33,11 @@ ON_THE_CPU = {  # what the original needs to run with gloo on the CPU, and nothi
         ('init_process_group("nccl")', 'init_process_group("gloo")'),
         ('init_device_mesh("cuda"', 'init_device_mesh("cpu"'),
         (".cuda()", ""),
+    ],
+    "deepspeed_train.py": [
+        ('dist_backend="nccl"', 'dist_backend="gloo"'),
+        ("batch[0].to(model_engine.local_rank)", "batch[0].to(model_engine.device)"),
+        ("batch[1].to(model_engine.local_rank)", "batch[1].to(model_engine.device)"),
     ],
     "fsdp_train.py": [
         ("    torch.cuda.set_device(local_rank)\n", ""),
@@ -48,16 +55,14 @@ def losses(result: subprocess.CompletedProcess[str]) -> list[float]:
 
 
 def original_on_the_cpu(name: str, folder: Path) -> list[float]:
-    text = (SOURCE / name).read_text()
-    for old, new in ON_THE_CPU[name]:
-        assert old in text, f"{name} no longer has {old!r}"
-        text = text.replace(old, new)
-    (folder / name).write_text(text)
+    shutil.copy(SOURCE / name, folder / name)
+    missing = edit_for_the_cpu(folder / name, ON_THE_CPU[name])
+    assert missing is None, f"{name} no longer has {missing!r}"
     return losses(
         subprocess.run(
             [*TORCHRUN, name],
             cwd=folder,
-            env={**os.environ, "PYTHONPATH": str(SETTLING)},
+            env={**os.environ, "PYTHONPATH": str(LOSSES)},  # its sitecustomize settles gloo at exit
             capture_output=True,
             text=True,
             check=False,
@@ -65,7 +70,7 @@ def original_on_the_cpu(name: str, folder: Path) -> list[float]:
     )
 
 
-@pytest.mark.parametrize("name", sorted(ON_THE_CPU))
+@pytest.mark.parametrize("name", sorted(set(ON_THE_CPU) - {"deepspeed_train.py"}))
 def test_a_migrated_trainer_trains_as_the_original_on_two_ranks(name: str, tmp_path: Path) -> None:
     migrated = tmp_path / "migrated"
     applied = run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
@@ -95,3 +100,49 @@ def test_a_migrated_launch_script_runs_its_ranks_on_the_emulation(
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     assert emulated == pytest.approx(original_on_the_cpu(trainer, cpu), rel=1e-6)
+
+
+def test_a_migrated_deepspeed_launch_script_trains_as_the_original(tmp_path: Path) -> None:
+    """DeepSpeed 0.19.8 (built from its PyPI source): `deepspeed --include localhost:0,1` in a
+    migrated launch script, run by `npu-migrate run --emulate --npus 2`, starts its ranks on a host
+    with two emulated NPUs, which train with ZeRO stage 1 on hccl (DeepSpeed's NPU accelerator)
+    as the original does with DeepSpeed's CPU accelerator and gloo, step for step."""
+    deepspeed = installed(DEEPSPEED, DEEPSPEED_NEEDS, {"DS_BUILD_OPS": "0"})
+    path = os.pathsep.join([str(deepspeed / "bin"), os.environ["PATH"]])
+    env = {"PYTHONPATH": str(deepspeed), "PATH": path}
+    migrated = tmp_path / "migrated"
+    run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    assert 'dist_backend="hccl"' in (migrated / "deepspeed_train.py").read_text()
+    emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_deepspeed.sh", cwd=migrated, env=env))
+    cpu = tmp_path / "cpu"
+    shutil.copytree(SOURCE, cpu)
+    assert edit_for_the_cpu(cpu / "deepspeed_train.py", ON_THE_CPU["deepspeed_train.py"]) is None
+    launcher = [str(deepspeed / "bin" / "deepspeed"), "--num_gpus", "2"]  # the CPU accelerator's slots
+    original = subprocess.run(
+        [*launcher, "deepspeed_train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"],
+        cwd=cpu,
+        env={**os.environ, "PATH": path, "DS_ACCELERATOR": "cpu", "PYTHONPATH": f"{deepspeed}:{LOSSES}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert len(emulated) == 8 and emulated == pytest.approx(losses(original), rel=1e-6)
+
+
+NPU_SMI_LAUNCHER = """#!/bin/bash
+# as Ascend's ModelZoo launch scripts count the host's devices
+NPUS_PER_NODE=$(npu-smi info -l | grep -c "NPU ID")
+torchrun --standalone --nproc_per_node "$NPUS_PER_NODE" ddp_train.py
+"""
+
+
+def test_a_launch_script_counts_the_emulated_hosts_npus_with_npu_smi(tmp_path: Path) -> None:
+    """`run --emulate --npus 2`: the host's npu-smi lists two NPUs, so a script that starts one
+    rank per NPU starts two, which train as the original does on two CPU ranks."""
+    migrated = tmp_path / "migrated"
+    run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    (migrated / "run_npus.sh").write_text(NPU_SMI_LAUNCHER)
+    emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_npus.sh", cwd=migrated))
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    assert emulated == pytest.approx(original_on_the_cpu("ddp_train.py", cpu), rel=1e-6)
