@@ -5,7 +5,6 @@ generators, torch.compile and the hccl backend accept "npu"."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import math
@@ -369,7 +368,7 @@ def install(backing: str | None = None) -> torch.device:
         else:
             setattr(owner, name, value)
     _register_hccl()
-    atexit.register(settle.threads)  # first registered, last run: after the program's own
+    settle.at_exit()
     _MODE.__enter__()
     _installed = state.installed = True
     return device

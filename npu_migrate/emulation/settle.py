@@ -13,6 +13,7 @@ waiting for the CPU or the GIL finishes first. Needs no torch."""
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ _STEP_S = 0.01
 _QUIET_STEPS = 2  # checks in a row with no runnable thread
 _LIMIT_S = 2.0  # a thread that stays runnable (a busy loop of the program's own) is not waited for
 _FALLBACK_S = 0.2  # where /proc cannot tell: the pause that covered an idle machine
+_registered = False
 
 
 def runnable_threads() -> int:
@@ -50,3 +52,12 @@ def threads() -> None:
     while quiet < _QUIET_STEPS and time.monotonic() < deadline:
         time.sleep(_STEP_S)
         quiet = quiet + 1 if runnable_threads() == 0 else 0
+
+
+def at_exit() -> None:
+    """Settle the threads at exit, once however many callers ask (the emulation, verify's side,
+    a test's sitecustomize): registered by the first, it runs after what is registered later."""
+    global _registered
+    if not _registered:
+        atexit.register(threads)
+        _registered = True

@@ -7,7 +7,6 @@ The original side also saves its weights and inputs, so the migrated side starts
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import faulthandler
 import importlib.util
@@ -566,7 +565,7 @@ def main() -> int:
         faulthandler.dump_traceback_later(max(1.0, request.timeout - 2), exit=False)
     out = Path(ranks.of_rank(request.out, ranks.rank()) if request.nproc else request.out)
     if request.nproc:  # the original's gloo as the emulation's: its workers done before finalising
-        atexit.register(settle.threads)
+        settle.at_exit()
     try:
         report = run(request)
     except EntryError as exc:

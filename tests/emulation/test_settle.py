@@ -48,3 +48,12 @@ def test_without_proc_it_pauses_for_the_fallback(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(settle.time, "sleep", slept.append)
     settle.threads()
     assert slept == [settle._FALLBACK_S]
+
+
+def test_the_settle_is_registered_once_however_many_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    registered: list[object] = []
+    monkeypatch.setattr(settle, "_registered", False)
+    monkeypatch.setattr(settle.atexit, "register", registered.append)
+    settle.at_exit()
+    settle.at_exit()
+    assert registered == [settle.threads]

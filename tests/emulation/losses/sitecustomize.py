@@ -6,12 +6,11 @@ unseeded (pytorch/examples' ddp-tutorial-series). Every process, the originals o
 waits at exit for its threads to settle as the emulation's do (npu_migrate.emulation.settle):
 torch 2.13's gloo otherwise aborts a CPU trainer at exit now and then on a busy machine."""
 
-import atexit
 import os
 
 from npu_migrate.emulation import settle
 
-atexit.register(settle.threads)
+settle.at_exit()
 
 if os.environ.get("LOSS_LOG"):
     import json
