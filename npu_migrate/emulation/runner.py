@@ -12,6 +12,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from npu_migrate.emulation import BIN, NPUS_VARIABLE, use_site
+
 
 def real_torch_npu_imports() -> bool:
     """Whether a real torch_npu is installed and imports (checked in a child process: a broken
@@ -42,8 +44,6 @@ def search_path(emulate: bool) -> str:
     path = os.environ.get("PATH", "")
     if not emulate:
         return path
-    from npu_migrate.emulation import BIN
-
     return os.pathsep.join([str(BIN), str(Path(sys.executable).parent), path])
 
 
@@ -51,8 +51,6 @@ def emulate_the_host(npus: int | None) -> None:
     """This process and every process it starts run on the emulated host: they find the stand-in
     torch_npu (PYTHONPATH), the host's tools and this environment's launchers (search_path), and
     `npus` NPUs where it is given (else emulation.host_npus decides)."""
-    from npu_migrate.emulation import NPUS_VARIABLE, use_site
-
     use_site()
     os.environ["PATH"] = search_path(emulate=True)
     if npus is not None:
