@@ -54,15 +54,20 @@ def losses(result: subprocess.CompletedProcess[str]) -> list[float]:
     return json.loads(line)["losses"]
 
 
-def original_on_the_cpu(name: str, folder: Path) -> list[float]:
-    shutil.copy(SOURCE / name, folder / name)
+def original_on_the_cpu(
+    name: str, folder: Path, launch: list[str] | None = None, env: dict[str, str] | None = None
+) -> list[float]:
+    """The trainer `name`, in a copy of the fixture tree at `folder` with its edits to run with
+    gloo on the CPU, started by `launch` (torchrun of it with two ranks by default)."""
+    shutil.copytree(SOURCE, folder)
     missing = edit_for_the_cpu(folder / name, ON_THE_CPU[name])
     assert missing is None, f"{name} no longer has {missing!r}"
     return losses(
         subprocess.run(
-            [*TORCHRUN, name],
+            launch or [*TORCHRUN, name],
             cwd=folder,
-            env={**os.environ, "PYTHONPATH": str(LOSSES)},  # its sitecustomize settles gloo at exit
+            # LOSSES: its sitecustomize settles gloo at exit
+            env={**os.environ, "PYTHONPATH": str(LOSSES), **(env or {})},
             capture_output=True,
             text=True,
             check=False,
@@ -78,9 +83,7 @@ def test_a_migrated_trainer_trains_as_the_original_on_two_ranks(name: str, tmp_p
     text = (migrated / name).read_text()
     assert "cuda" not in text.replace("torch.npu", "") and '"hccl"' in text, text
     emulated = losses(run_cli("run", "--emulate", *TORCHRUN, name, cwd=migrated))
-    cpu = tmp_path / "cpu"
-    cpu.mkdir()
-    assert emulated == pytest.approx(original_on_the_cpu(name, cpu), rel=1e-6)
+    assert emulated == pytest.approx(original_on_the_cpu(name, tmp_path / "cpu"), rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -97,9 +100,7 @@ def test_a_migrated_launch_script_runs_its_ranks_on_the_emulation(
     launcher = (migrated / script).read_text()
     assert "ASCEND_RT_VISIBLE_DEVICES=0,1" in launcher and "CUDA" not in launcher, launcher
     emulated = losses(run_cli("run", "--emulate", script, cwd=migrated))
-    cpu = tmp_path / "cpu"
-    cpu.mkdir()
-    assert emulated == pytest.approx(original_on_the_cpu(trainer, cpu), rel=1e-6)
+    assert emulated == pytest.approx(original_on_the_cpu(trainer, tmp_path / "cpu"), rel=1e-6)
 
 
 def test_a_migrated_deepspeed_launch_script_trains_as_the_original(tmp_path: Path) -> None:
@@ -114,19 +115,11 @@ def test_a_migrated_deepspeed_launch_script_trains_as_the_original(tmp_path: Pat
     run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
     assert 'dist_backend="hccl"' in (migrated / "deepspeed_train.py").read_text()
     emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_deepspeed.sh", cwd=migrated, env=env))
-    cpu = tmp_path / "cpu"
-    shutil.copytree(SOURCE, cpu)
-    assert edit_for_the_cpu(cpu / "deepspeed_train.py", ON_THE_CPU["deepspeed_train.py"]) is None
-    launcher = [str(deepspeed / "bin" / "deepspeed"), "--num_gpus", "2"]  # the CPU accelerator's slots
-    original = subprocess.run(
-        [*launcher, "deepspeed_train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"],
-        cwd=cpu,
-        env={**os.environ, "PATH": path, "DS_ACCELERATOR": "cpu", "PYTHONPATH": f"{deepspeed}:{LOSSES}"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert len(emulated) == 8 and emulated == pytest.approx(losses(original), rel=1e-6)
+    launch = [str(deepspeed / "bin" / "deepspeed"), "--num_gpus", "2"]  # the CPU accelerator's slots
+    launch += ["deepspeed_train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"]
+    cpu_env = {"PATH": path, "DS_ACCELERATOR": "cpu", "PYTHONPATH": f"{deepspeed}:{LOSSES}"}
+    original = original_on_the_cpu("deepspeed_train.py", tmp_path / "cpu", launch, cpu_env)
+    assert len(emulated) == 8 and emulated == pytest.approx(original, rel=1e-6)
 
 
 NPU_SMI_LAUNCHER = """#!/bin/bash
@@ -143,6 +136,4 @@ def test_a_launch_script_counts_the_emulated_hosts_npus_with_npu_smi(tmp_path: P
     run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
     (migrated / "run_npus.sh").write_text(NPU_SMI_LAUNCHER)
     emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_npus.sh", cwd=migrated))
-    cpu = tmp_path / "cpu"
-    cpu.mkdir()
-    assert emulated == pytest.approx(original_on_the_cpu("ddp_train.py", cpu), rel=1e-6)
+    assert emulated == pytest.approx(original_on_the_cpu("ddp_train.py", tmp_path / "cpu"), rel=1e-6)
