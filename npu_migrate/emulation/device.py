@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from npu_migrate.emulation import amp, npu_module, settle, state, tensors
+from npu_migrate.emulation import allocations, amp, npu_module, settle, state, tensors
 
 _installed = False
 
@@ -343,6 +343,7 @@ def install(backing: str | None = None) -> torch.device:
         return state.backing()
     device = state.choose(backing)
     torch.utils.rename_privateuse1_backend("npu")
+    allocations.register()
     torch._register_device_module("npu", npu_module)
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.emulation import amp, host_npus, state, tensors  # noqa: F401 - torch.npu.amp
+from npu_migrate.emulation import amp, host_npus, philox, state, tensors  # noqa: F401 - torch.npu.amp
 
 
 class _TensorType(type):
@@ -257,15 +257,20 @@ def initial_seed() -> int:
     return torch.initial_seed()
 
 
+# On the CPU the NPU draws from the backing's generator, and hands out its state as the NPU's
+# 16 Philox bytes (emulation.philox); a CUDA backing's state has that form already.
+_states = philox.PhiloxStates(torch.default_generator)
+
+
 def get_rng_state(device: Any = None) -> torch.Tensor:
-    return torch.cuda.get_rng_state() if _cuda() else torch.get_rng_state()
+    return torch.cuda.get_rng_state() if _cuda() else _states.get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
     if _cuda():
         torch.cuda.set_rng_state(new_state)
     else:
-        torch.set_rng_state(new_state)
+        _states.set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
