@@ -92,12 +92,16 @@ def winner(matching: list[Rule]) -> Rule:
 
 
 def _beaten_beside(candidates: list[tuple[Site, list[Rule]]]) -> set[tuple[int, int, str]]:
-    """The rules another site of the same text beats (a package a conda install names is both
-    a word and a requirement): (start, end, code)."""
-    beaten: set[tuple[int, int, str]] = set()
-    for site, matching in candidates:
-        beaten |= {(site.start, site.end, code) for rule in matching for code in rule.supersedes}
-    return beaten
+    """The rules a site's rules beat at the sites within it: at the same text (a package a conda
+    install names is both a word and a requirement), or inside (a pipeline's rule at its
+    commands): (start, end, code)."""
+    beating = [(site, code) for site, matching in candidates for rule in matching for code in rule.supersedes]
+    return {
+        (inner.start, inner.end, code)
+        for outer, code in beating
+        for inner, _ in candidates
+        if outer.start <= inner.start and inner.end <= outer.end
+    }
 
 
 def _expanded(template: str, site: Site) -> tuple[str, list[str]]:

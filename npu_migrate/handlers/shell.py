@@ -106,8 +106,8 @@ def _site(node: Any, data: bytes, kind: str, held: Hold | None = None) -> Site:
 
 def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
     """Variable names where they are set, exported, expanded or named to a command that takes a
-    variable's name (`read NAME`, `for NAME in`, `[[ -v NAME ]]`); commands (their fix held when
-    they run with arguments) and their literal arguments, in order. A name spelled in text (a
+    variable's name (`read NAME`, `for NAME in`, `[[ -v NAME ]]`); pipelines; commands (their fix
+    held when they run with arguments) and their literal arguments, in order. A name spelled in text (a
     quoted heredoc's body, an `eval` or `bash -c` string, any other word) is reported there but
     never renamed: what reads the text decides; where that text is written out (an `echo`'s
     message, a heredoc to `cat`: `read` False), the program does not read the name there.
@@ -154,6 +154,8 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
                 if child not in named:
                     yield from _sites(child, data, read and not said)
             return
+    if node.type == "pipeline":  # `nvidia-smi -L | wc -l`: a pipeline, and the commands in it
+        yield _site(node, data, "pipeline")
     for child in node.children:
         yield from _sites(child, data, read)
 

@@ -6,6 +6,7 @@ gloo, step for step."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -33,6 +34,11 @@ ON_THE_CPU = {  # what the original needs to run with gloo on the CPU, and nothi
         ('init_process_group("nccl")', 'init_process_group("gloo")'),
         ('init_device_mesh("cuda"', 'init_device_mesh("cpu"'),
         (".cuda()", ""),
+    ],
+    "fsdp2_meta_train.py": [
+        ('device = torch.device("cuda", rank)', 'device = torch.device("cpu")'),
+        ("    torch.cuda.set_device(device)\n", ""),
+        ('init_process_group("nccl", device_id=device)', 'init_process_group("gloo")'),
     ],
     "deepspeed_train.py": [
         ('dist_backend="nccl"', 'dist_backend="gloo"'),
@@ -75,7 +81,7 @@ def original_on_the_cpu(
     )
 
 
-@pytest.mark.parametrize("name", sorted(set(ON_THE_CPU) - {"deepspeed_train.py"}))
+@pytest.mark.parametrize("name", sorted(set(ON_THE_CPU) - {"deepspeed_train.py", "fsdp2_meta_train.py"}))
 def test_a_migrated_trainer_trains_as_the_original_on_two_ranks(name: str, tmp_path: Path) -> None:
     migrated = tmp_path / "migrated"
     applied = run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
@@ -84,6 +90,23 @@ def test_a_migrated_trainer_trains_as_the_original_on_two_ranks(name: str, tmp_p
     assert "cuda" not in text.replace("torch.npu", "") and '"hccl"' in text, text
     emulated = losses(run_cli("run", "--emulate", *TORCHRUN, name, cwd=migrated))
     assert emulated == pytest.approx(original_on_the_cpu(name, tmp_path / "cpu"), rel=1e-6)
+
+
+def test_an_fsdp2_trainer_built_on_meta_draws_its_shards_on_the_npu_and_resumes_as_the_original(
+    tmp_path: Path,
+) -> None:
+    """PyTorch's FSDP2 example's form: built on the meta device, `to_empty` on the NPU, then
+    reset_parameters, where DTensor draws every shard with the NPU's offset-based RNG tracker
+    (which the CPU has not: the fresh runs start apart, rightly). The migrated copy trains and
+    saves; from that checkpoint, it trains as the original does on the CPU, step for step."""
+    name = "fsdp2_meta_train.py"
+    migrated, start = tmp_path / "migrated", tmp_path / "start.pt"
+    run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    fresh = losses(run_cli("run", "--emulate", *TORCHRUN, name, "--save", start, cwd=migrated))
+    assert len(fresh) == 4 and all(math.isfinite(loss) for loss in fresh), fresh
+    resumed = losses(run_cli("run", "--emulate", *TORCHRUN, name, "--resume", start, cwd=migrated))
+    original = original_on_the_cpu(name, tmp_path / "cpu", launch=[*TORCHRUN, name, "--resume", str(start)])
+    assert resumed == pytest.approx(original, rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -122,18 +145,13 @@ def test_a_migrated_deepspeed_launch_script_trains_as_the_original(tmp_path: Pat
     assert len(emulated) == 8 and emulated == pytest.approx(original, rel=1e-6)
 
 
-NPU_SMI_LAUNCHER = """#!/bin/bash
-# as Ascend's ModelZoo launch scripts count the host's devices
-NPUS_PER_NODE=$(npu-smi info -l | grep -c "NPU ID")
-torchrun --standalone --nproc_per_node "$NPUS_PER_NODE" ddp_train.py
-"""
-
-
-def test_a_launch_script_counts_the_emulated_hosts_npus_with_npu_smi(tmp_path: Path) -> None:
-    """`run --emulate --npus 2`: the host's npu-smi lists two NPUs, so a script that starts one
-    rank per NPU starts two, which train as the original does on two CPU ranks."""
+def test_a_launch_script_counting_the_hosts_gpus_counts_the_emulated_hosts_npus(tmp_path: Path) -> None:
+    """A script that starts one rank per GPU it counts with `nvidia-smi -L | wc -l`, migrated (the
+    NPUs' chips counted from `npu-smi info -l`) and run with `run --emulate --npus 2`, starts two
+    ranks, which train as the original does on two CPU ranks."""
     migrated = tmp_path / "migrated"
     run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
-    (migrated / "run_npus.sh").write_text(NPU_SMI_LAUNCHER)
-    emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_npus.sh", cwd=migrated))
+    launcher = (migrated / "run_all_gpus.sh").read_text()
+    assert "GPUS_PER_NODE=$(npu-smi info -l | awk" in launcher and "nvidia" not in launcher, launcher
+    emulated = losses(run_cli("run", "--emulate", "--npus", "2", "run_all_gpus.sh", cwd=migrated))
     assert emulated == pytest.approx(original_on_the_cpu("ddp_train.py", tmp_path / "cpu"), rel=1e-6)

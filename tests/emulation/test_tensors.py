@@ -29,6 +29,12 @@ assert torch.zeros(2, device="npu:0").is_npu and torch.randn(2).to(y).is_npu
 assert y.to(torch.float64, True).is_npu and x.to(torch.float64, False).device.type == "cpu"
 # Lightning's seed utilities save and restore every device's generator (torch_npu has both)
 torch.npu.set_rng_state_all(torch.npu.get_rng_state_all())
+# torch_npu's state is Philox's 16 bytes; DTensor's RNG tracker moves it to the NPU inside its
+# dispatch, where no torch function mode runs: the allocation reaches the NPU's backend itself
+with torch._C.DisableTorchFunction():
+    below = torch.npu.get_rng_state().to(torch.device("npu", 0))
+    made = torch.empty(2, 3, device="npu:0")
+assert below.shape == (16,) and below.device.type == "npu" and made.device == torch.device("npu:0")
 # Lightning's PyTorchProfiler reads events() back; torch_npu's profile has neither that nor
 # key_averages() (its results go to files)
 with torch_npu.profiler.profile() as prof:

@@ -14,7 +14,7 @@ from npu_migrate.engine.kinds.name import NameKind
 from npu_migrate.engine.kinds.native import CudaKernelKind, CustomOperatorKind
 from npu_migrate.engine.kinds.pattern import PatternKind
 from npu_migrate.engine.kinds.setting import SettingKind
-from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellWordKind
+from npu_migrate.engine.kinds.shell import ShellCommandKind, ShellEnvKind, ShellPipelineKind, ShellWordKind
 from npu_migrate.engine.kinds.statements import StatementsKind
 from npu_migrate.engine.kinds.string import StringKind
 
@@ -30,6 +30,7 @@ KINDS: tuple[type[Kind], ...] = (
     ShellEnvKind,
     ShellWordKind,
     ShellCommandKind,
+    ShellPipelineKind,
     PackageKind,
     PackageIndexKind,
     SettingKind,

@@ -1,8 +1,9 @@
 """Match kinds for shell launch scripts (`*.sh`, `*.bash`, a sh/bash shebang): `shell_env`, a
 variable whose name the regex matches where a script sets, exports or expands it (fixed by
 substitution on the name), `shell_word`, an argument a command is given (a word, or a quoted
-string's text; fixed by substitution), and `shell_command`, a command by its name (fixed by a template that
-replaces a plain use, one without arguments). The Python transformer has nothing to do with
+string's text; fixed by substitution), `shell_command`, a command by its name (fixed by a template that
+replaces a plain use, one without arguments), and `shell_pipeline`, commands joined by `|` (fixed
+by a template that replaces the whole pipeline). The Python transformer has nothing to do with
 them: npu_migrate/shell.py finds them in a script's syntax tree."""
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ class ShellWordMatch(Strict):
 
 class ShellCommandMatch(Strict):
     shell_command: str = Field(pattern=r"^[\w.+-]+$", description="The command's name, as a script runs it.")
+
+
+class ShellPipelineMatch(Strict):
+    shell_pipeline: Regex = Field(
+        description="Regex a whole pipeline's text must match (its commands and the `|` between them, "
+        "spaced as the script spells them)."
+    )
 
 
 class ShellEnvKind(SiteKind):
@@ -74,3 +82,18 @@ class ShellWordKind(SiteKind):
     @staticmethod
     def hit(match: ShellWordMatch, site: Site) -> bool:
         return site.kind == "word" and full_match(match.shell_word, site.text)
+
+
+class ShellPipelineKind(SiteKind):
+    key = "shell_pipeline"
+    schema = ShellPipelineMatch
+    fixes = frozenset({"template"})
+    content: ClassVar[str] = "shell"
+
+    @staticmethod
+    def keys(match: ShellPipelineMatch) -> set[str]:
+        return {f"shell_pipeline:{match.shell_pipeline}"}
+
+    @staticmethod
+    def hit(match: ShellPipelineMatch, site: Site) -> bool:
+        return site.kind == "pipeline" and full_match(match.shell_pipeline, site.text)
