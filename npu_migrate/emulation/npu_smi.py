@@ -1,8 +1,8 @@
 """The emulated host's `npu-smi` (emulation/bin/npu-smi runs this): launch scripts count an Ascend
-host's devices with `npu-smi info -l` (`grep -c "NPU ID"`, or the `Total Count` line), as CUDA
-ones do with `nvidia-smi -L | wc -l`. It lists the emulated host's NPUs (`run --emulate --npus
-N`), in the `key : value` lines those scripts read; anything else it refuses in one line. Needs no
-torch."""
+host's devices with `npu-smi info -l` (`grep -c "NPU ID"`, the `Total Count` line, or the sum
+of its `Chip Count` lines that apply writes for `nvidia-smi -L | wc -l`, NPU835). It lists the
+emulated host's NPUs (`run --emulate --npus N`), in the `key : value` lines those scripts read;
+anything else it refuses in one line. Needs no torch."""
 
 from __future__ import annotations
 

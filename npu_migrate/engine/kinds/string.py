@@ -205,6 +205,10 @@ class StringMatcher(Matcher):
         self._mark_assignment(node.target, node.value)
 
     def _mark_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Tuple | cst.List):  # `device, backend = ..., "nccl"`: pair by pair
+            for each, assigned in _unpacked(target, value):
+                self._mark_assignment(each, assigned)
+            return
         name = _assigned_name(target)
         if name is not None:
             self._mark_where("assign", value, lambda globs: _glob(name, globs))
@@ -386,6 +390,18 @@ def _strings_of(code: str) -> frozenset[str]:
 def _example_strings(rule: Rule) -> frozenset[str]:
     codes = [c for e in rule.examples for c in (e.before, e.after, e.flagged, e.ok) if c]
     return frozenset().union(*(_strings_of(c) for c in codes))
+
+
+def _unpacked(
+    target: cst.Tuple | cst.List, value: cst.BaseExpression | None
+) -> Iterator[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The value each target of an unpacking is given, where both sides are spelled out element
+    by element (no starred element on either side); nothing otherwise."""
+    if not isinstance(value, cst.Tuple | cst.List) or len(value.elements) != len(target.elements):
+        return
+    if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return
+    yield from ((t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True))
 
 
 def _assigned_name(target: cst.BaseExpression) -> str | None:
