@@ -4,7 +4,7 @@ substitution on the name), `shell_word`, an argument a command is given (a word,
 string's text; fixed by substitution), `shell_command`, a command by its name (fixed by a template that
 replaces a plain use, one without arguments), and `shell_pipeline`, commands joined by `|` (fixed
 by a template that replaces the whole pipeline). The Python transformer has nothing to do with
-them: npu_migrate/shell.py finds them in a script's syntax tree."""
+them: npu_migrate/handlers/shell.py finds them in a script's syntax tree."""
 
 from __future__ import annotations
 
