@@ -31,6 +31,7 @@ def activate(package: str = "torch_npu") -> None:
     aliases = {
         f"{package}.npu": npu_module,
         f"{package}.npu.utils": npu_module,  # its names are torch.npu's (mmengine imports it)
+        f"{package}.npu.random": npu_module,  # get/set_rng_state and the seeds (Megatron's tracker)
         f"{package}.npu.amp": amp,
         f"{package}.optim": optim,
         f"{package}.profiler": profiler,

@@ -45,6 +45,8 @@ class _NpuDevices(TorchFunctionMode):
             raise refused
         if name == "get_device" and args and tensors.index(args[0]) is not None:
             return tensors.index(args[0])
+        if name == "type" and len(args) == 1 and not kwargs and tensors.index(args[0]) is not None:
+            return tensors.type_name(func(*args))
         where = tensors.target(func, args, kwargs)
         result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
         return tensors.place(func, args, kwargs, result, where)

@@ -4,6 +4,7 @@ backing device (the CPU, or CUDA where present). Registered as `torch.npu` by `d
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import warnings
@@ -79,6 +80,17 @@ def is_initialized() -> bool:
 
 def init() -> None:
     """Nothing to initialise: the backing device is ready."""
+
+
+def _lazy_init() -> None:
+    """torch_npu's private twin of `torch.cuda._lazy_init` (npu/__init__.py): the device is
+    initialised already here."""
+
+
+def _lazy_call(callback: Any) -> None:
+    """torch_npu's twin of `torch.cuda._lazy_call`: run now where the device is initialised (as
+    here always), else when it is. Megatron's RNG tracker sets states through it."""
+    callback()
 
 
 def _visible(raw: int) -> int:
@@ -236,13 +248,19 @@ def current_blas_handle() -> None:
 
 
 def manual_seed(seed: int) -> None:
+    """Seeds the generator the NPU draws from (on the CPU backing, the CPU's: the NPU's numbers are
+    the CPU original's, so seeding one seeds both)."""
     if _cuda():
         torch.cuda.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
 
 
 def manual_seed_all(seed: int) -> None:
     if _cuda():
         torch.cuda.manual_seed_all(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
 
 
 def seed() -> None:
@@ -283,8 +301,48 @@ def set_rng_state_all(new_states: Any) -> None:
         set_rng_state(new_state, i)
 
 
-# One generator per device, as torch_npu fills `default_generators` once the device initialises.
-default_generators: tuple[torch.Generator, ...] = (torch.default_generator,)
+class DefaultGenerator:
+    """`torch.npu.default_generators[i]`: the NPU's generator, whose state is the NPU's 16 Philox
+    bytes as `get_rng_state` hands it out (Megatron's RNG tracker sets states through it). Not a
+    `torch.Generator`: torch refuses it as a `generator=` argument (the NPU draws from the
+    backing's default generator; a generator object of its own would draw other numbers)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    @property
+    def device(self) -> torch.device:
+        return state.Device("npu", self.index)
+
+    def get_state(self) -> torch.Tensor:
+        return get_rng_state(self.index)
+
+    def set_state(self, new_state: torch.Tensor) -> None:
+        set_rng_state(new_state, self.index)
+
+    def manual_seed(self, seed: int) -> DefaultGenerator:
+        manual_seed(seed)
+        return self
+
+    def seed(self) -> int:
+        seed()
+        return initial_seed()
+
+    def initial_seed(self) -> int:
+        return initial_seed()
+
+
+@functools.cache
+def _default_generators(count: int) -> tuple[DefaultGenerator, ...]:
+    return tuple(DefaultGenerator(i) for i in range(count))
+
+
+def __getattr__(name: str) -> Any:
+    """`default_generators`: one per device, as torch_npu fills it once the device initialises
+    (the device count is known once the backing is chosen)."""
+    if name == "default_generators":
+        return _default_generators(device_count())
+    raise AttributeError(f"module 'torch.npu' has no attribute '{name}'")
 
 
 def _is_in_bad_fork() -> bool:

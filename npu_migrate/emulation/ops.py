@@ -24,6 +24,7 @@ __all__ = [
     "npu_geglu",
     "npu_rms_norm",
     "npu_rotary_mul",
+    "npu_scaled_masked_softmax",
     "npu_swiglu",
 ]
 
@@ -101,6 +102,41 @@ def npu_geglu(self: Tensor, dim: int = -1, approximate: int = 1) -> tuple[Tensor
     first, second = _halves("npu_geglu", self, dim)
     gelu = F.gelu(second, approximate="tanh" if approximate == 1 else "none")
     return (first * gelu).to(self.dtype), gelu.to(self.dtype)
+
+
+_MASKED_FILL = -10000.0  # what a masked logit becomes before the softmax, as in Megatron's kernels
+
+
+def npu_scaled_masked_softmax(
+    x: Tensor, mask: Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+) -> Tensor:
+    """Emulates ``torch_npu.npu_scaled_masked_softmax``: ``softmax(x * scale)`` over the last axis with
+    the positions where ``mask`` is True masked (``fixed_triu_mask``: the upper triangle above the
+    diagonal instead, a causal mask made by the operator).
+
+    Limits (its docs): x float16, float32 or bfloat16; mask bool and broadcastable to x; the last two
+    axes of x (H, W of its NCHW form) between 32 and 4096 and multiples of 32. Traps: True means MASKED;
+    a masked logit becomes -10000 (the fill of the Megatron kernels it replaces), so a fully masked row is
+    uniform, not NaN.
+    """
+    op = "npu_scaled_masked_softmax"
+    _check_dtype(op, "x", x)
+    _check_dtype(op, "mask", mask, (torch.bool,))
+    _check_rank(op, "x", x, 2, 4)
+    for axis, size in zip("HW", x.shape[-2:], strict=True):
+        if not (32 <= size <= 4096 and size % 32 == 0):
+            raise ValueError(
+                f"{op}: x's {axis} axis must be a multiple of 32 from 32 to 4096; got {tuple(x.shape)}"
+            )
+    if fixed_triu_mask:
+        rows, cols = x.shape[-2:]
+        mask = torch.ones(rows, cols, dtype=torch.bool, device=x.device).triu(1)
+    try:
+        torch.broadcast_shapes(mask.shape, x.shape)
+    except RuntimeError:
+        raise ValueError(f"{op}: mask {tuple(mask.shape)} does not broadcast to x {tuple(x.shape)}") from None
+    logits = (x.float() * scale).masked_fill(mask, _MASKED_FILL)
+    return torch.softmax(logits, dim=-1).to(x.dtype)
 
 
 def npu_rms_norm(self: Tensor, gamma: Tensor, epsilon: float = 1e-06) -> tuple[Tensor, Tensor]:

@@ -59,10 +59,13 @@ def emulate_the_host(npus: int | None) -> None:
 
 def run_command(argv: list[str]) -> int:
     """Run a launcher or a launch script as a child process, and with it every process it starts.
-    A launch script without its executable bit runs with bash, as `bash train.sh` would."""
+    A launch script without its executable bit runs with bash, as `bash train.sh` would; one with
+    it, as `./train.sh` would (a bare name is looked up on the PATH, where the script is not)."""
     path = Path(argv[0])
     if path.is_file() and not os.access(path, os.X_OK):
         argv = ["bash", *argv]
+    elif path.is_file() and path.parent == Path("."):
+        argv = [f".{os.sep}{path}", *argv[1:]]
     return subprocess.run(argv, check=False).returncode
 
 

@@ -163,6 +163,13 @@ def read(name: str, tensor: torch.Tensor, value: Any) -> Any:
     return value
 
 
+def type_name(backing: str) -> str:
+    """`Tensor.type()` of a tensor on the NPU, from the backing's: torch names a tensor of the
+    PrivateUse1 backend `torch.<its name>.<dtype>Tensor` (`torch.npu.BFloat16Tensor`), which
+    code written for `torch.cuda.*Tensor` compares with (Megatron's optimizers)."""
+    return "torch.npu." + backing.removeprefix("torch.").removeprefix("cuda.")
+
+
 def written(name: str, tensor: torch.Tensor, value: Any) -> None:
     """After `tensor.data = value` (Module.to): the tensor is where its new data is."""
     if name != "data" or not isinstance(value, torch.Tensor):

@@ -144,8 +144,10 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
             arguments = [c for c in node.children if c.start_byte >= name.end_byte and c.type != "comment"]
             given = [a for a in arguments if not a.type.endswith("redirect")]
             yield _site(name, data, "command", held=PLAIN_ONLY if given else None)
+            before = ""
             for argument in given:
-                yield from _word(argument, data)
+                yield from _word(argument, data, after=before)
+                before = (_spelled(argument, data) or (0, 0, ""))[2]
             command = _text(name, data)
             named = set(_variables_named(command, given, data))
             yield from (_site(a, data, "variable") for a in given if a in named)
@@ -156,6 +158,11 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
             return
     if node.type == "pipeline":  # `nvidia-smi -L | wc -l`: a pipeline, and the commands in it
         yield _site(node, data, "pipeline")
+    if node.type == "array":  # `ARGS=(--distributed-backend nccl)`: a command's arguments, later
+        before = ""
+        for element in (c for c in node.children if c.type not in ("(", ")", "comment")):
+            yield from _word(element, data, after=before)
+            before = (_spelled(element, data) or (0, 0, ""))[2]
     for child in node.children:
         yield from _sites(child, data, read)
 
@@ -177,13 +184,16 @@ def _flag_lists(root: Any, data: bytes) -> Iterator[Site]:
             words = list(re.finditer(rb"\S+", data[content.start_byte : content.end_byte]))
             if len(words) < 2 and _literal(value) is not None:
                 continue  # the whole value is one word, and a word site already
+            before = ""
             for word in words:
                 start, end = content.start_byte + word.start(), content.start_byte + word.end()
                 touches = (start == content.start_byte and _expanded(content.prev_sibling)) or (
                     end == content.end_byte and _expanded(content.next_sibling)
                 )
+                text = word[0].decode(errors="replace")
                 if not touches and b"\\" not in word[0]:
-                    yield Site("word", start, end, word[0].decode(errors="replace"))
+                    yield Site("word", start, end, text, facts={"after": before})
+                before = text
 
 
 def _expanded(beside: Any) -> bool:
@@ -250,13 +260,13 @@ def _text(node: Any, data: bytes) -> str:
     return data[node.start_byte : node.end_byte].decode(errors="replace")
 
 
-def _word(node: Any, data: bytes) -> Iterator[Site]:
+def _word(node: Any, data: bytes, after: str = "") -> Iterator[Site]:
     """A word site for an argument or value whose text is literal (see _spelled); one spelled
     with variables (`pytorch/pytorch:${PYTORCH}-cuda${CUDA}-devel`) is matched as written, its
-    fix held."""
+    fix held. `after`: the literal argument before it (the flag whose value it may be)."""
     spelled = _spelled(node, data)
     if spelled is not None:
-        yield Site("word", *spelled)
+        yield Site("word", *spelled, facts={"after": after})
     elif node.type == "concatenation":
         yield _site(node, data, "word", held=EXPANDED)
 

@@ -1,7 +1,7 @@
 """Match kinds for shell launch scripts (`*.sh`, `*.bash`, a sh/bash shebang): `shell_env`, a
 variable whose name the regex matches where a script sets, exports or expands it (fixed by
 substitution on the name), `shell_word`, an argument a command is given (a word, or a quoted
-string's text; fixed by substitution), `shell_command`, a command by its name (fixed by a template that
+string's text, optionally only after a given flag; fixed by substitution), `shell_command`, a command by its name (fixed by a template that
 replaces a plain use, one without arguments), and `shell_pipeline`, commands joined by `|` (fixed
 by a template that replaces the whole pipeline). The Python transformer has nothing to do with
 them: npu_migrate/handlers/shell.py finds them in a script's syntax tree."""
@@ -25,6 +25,11 @@ class ShellEnvMatch(Strict):
 
 class ShellWordMatch(Strict):
     shell_word: Regex = Field(description="Regex an argument's whole text must match.")
+    after: Regex | None = Field(
+        default=None,
+        description="Regex the argument just before it must match whole: the flag whose value it is "
+        "(`--distributed-backend nccl`).",
+    )
 
 
 class ShellCommandMatch(Strict):
@@ -77,11 +82,13 @@ class ShellWordKind(SiteKind):
 
     @staticmethod
     def keys(match: ShellWordMatch) -> set[str]:
-        return {f"shell_word:{match.shell_word}"}
+        return {f"shell_word:{match.shell_word}" + (f" after {match.after}" if match.after else "")}
 
     @staticmethod
     def hit(match: ShellWordMatch, site: Site) -> bool:
-        return site.kind == "word" and full_match(match.shell_word, site.text)
+        if site.kind != "word" or not full_match(match.shell_word, site.text):
+            return False
+        return match.after is None or full_match(match.after, site.facts.get("after", ""))
 
 
 class ShellPipelineKind(SiteKind):

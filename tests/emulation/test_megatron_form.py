@@ -1,0 +1,114 @@
+"""Megatron-LM's CUDA beyond `torch.cuda`, on the fixture written in its form
+(fixtures/megatron): its RNG tracker moves to the NPU whole (getter, setter and the lazy queue
+the setter goes through), its optimizers' type strings follow the NPU's `Tensor.type()`, its
+launch script follows the backend choice the rewrite changed; and the emulation has what the
+migrated code calls (`torch.npu.random`, `_lazy_call`, `default_generators`, the NPU's type
+names, `npu_scaled_masked_softmax`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+torch = pytest.importorskip("torch")
+
+from npu_migrate.emulation import ops  # noqa: E402
+
+SOURCE = FIXTURES / "megatron" / "src"
+
+
+def test_the_migrated_launch_script_trains_with_an_rng_tracker_that_restores_and_forks_exactly(
+    tmp_path: Path,
+) -> None:
+    """The migrated `train.sh` (torchrun, flags in arrays, `--distributed-backend hccl`) under
+    `run --emulate`: argparse takes the backend, the tracker's fork switches generators and comes
+    back, a restored state draws the same numbers again, and bf16 parameters are classified by
+    their NPU type strings (pretrain.py asserts each)."""
+    migrated = tmp_path / "migrated"
+    applied = run_cli("apply", SOURCE, "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    assert applied.returncode == 1, applied.stderr  # manual findings remain (the CUDA extensions)
+    random = (migrated / "core" / "random.py").read_text()
+    assert "from torch_npu.npu import _lazy_call, _lazy_init" in random and "torch.cuda" not in random
+    assert "--distributed-backend hccl" in (migrated / "train.sh").read_text()
+    ran = run_cli("run", "--emulate", "./train.sh", cwd=migrated)
+    assert ran.returncode == 0, ran.stderr
+    assert "backend=hccl rng restores and forks exactly; 1 main param(s)" in ran.stdout
+
+
+def test_every_cuda_extension_and_transformer_engine_use_is_reported_at_its_line() -> None:
+    scanned = run_cli("scan", "src", "--format", "json", cwd=SOURCE.parent)
+    found = {(Path(f["file"]).name, f["line"], f["code"]) for f in json.loads(scanned.stdout)["findings"]}
+    for expected in [
+        ("fused_softmax.py", 9, "NPU846"),  # import scaled_masked_softmax_cuda, inside forward
+        ("fused_softmax.py", 12, "NPU846"),  # its call
+        ("layers.py", 6, "NPU847"),  # import fused_weight_gradient_mlp_cuda in a try
+        ("layers.py", 28, "NPU847"),
+        ("optimizer.py", 7, "NPU848"),  # import amp_C
+        ("optimizer.py", 10, "NPU848"),
+        ("parallel_state.py", 8, "NPU204"),  # ProcessGroupNCCL.Options()
+        ("random.py", 10, "NPU851"),  # import transformer_engine
+        ("train.sh", 10, "NPU205"),  # --distributed-backend nccl
+    ]:
+        assert expected in found, expected
+
+
+RNG_AND_TYPES = r"""
+import torch
+import torch_npu
+from torch_npu.npu import _lazy_call, _lazy_init
+
+x = torch.zeros(2, dtype=torch.bfloat16, device="npu")
+assert x.type() == "torch.npu.BFloat16Tensor", x.type()
+assert x.float().type() == "torch.npu.FloatTensor" and torch.zeros(2).type() == "torch.FloatTensor"
+assert x.type(torch.float16).type() == "torch.npu.HalfTensor"
+
+ran = []
+_lazy_init()
+_lazy_call(lambda: ran.append(1))
+assert ran == [1]
+generator = torch.npu.default_generators[0]
+torch.npu.manual_seed(5)
+state = generator.get_state()
+assert state.shape == (16,) and torch.equal(state, torch.npu.random.get_rng_state())
+first = torch.rand(3, device="npu")
+generator.set_state(state)
+assert torch.equal(torch.rand(3, device="npu"), first)
+torch.npu.manual_seed(6)
+assert not torch.equal(torch.rand(3, device="npu"), first)
+print("ok")
+"""
+
+
+def test_npu_type_names_the_lazy_queue_and_the_default_generators(tmp_path: Path) -> None:
+    """torch names a PrivateUse1 tensor `torch.<backend>.<dtype>Tensor`; torch_npu's `_lazy_call`
+    runs a callback at once on an initialised device; `default_generators[i]` gets and sets the
+    NPU's 16-byte state; `torch.npu.manual_seed` seeds what the NPU draws from."""
+    script = tmp_path / "check.py"
+    script.write_text(RNG_AND_TYPES)
+    ran = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr
+
+
+def megatron_unfused(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """What Megatron's unfused path computes: scale, fill the masked logits, softmax in fp32."""
+    return torch.softmax((x.float() * scale).masked_fill(mask, -10000.0), dim=-1).to(x.dtype)
+
+
+def test_scaled_masked_softmax_is_megatrons_unfused_softmax_and_keeps_its_limits() -> None:
+    x = torch.randn(2, 4, 64, 64, dtype=torch.bfloat16)
+    mask = torch.rand(2, 1, 64, 64) > 0.7
+    got = ops.npu_scaled_masked_softmax(x, mask, 0.125)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, megatron_unfused(x, mask, 0.125))
+    causal = torch.ones(64, 64, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(
+        ops.npu_scaled_masked_softmax(x, mask, 0.5, fixed_triu_mask=True), megatron_unfused(x, causal, 0.5)
+    )
+    with pytest.raises(ValueError, match="multiple of 32"):
+        ops.npu_scaled_masked_softmax(torch.randn(1, 1, 48, 48), torch.zeros(1, 1, 48, 48, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask must be bool"):
+        ops.npu_scaled_masked_softmax(x, mask.float())
