@@ -301,7 +301,7 @@ def set_rng_state_all(new_states: Any) -> None:
         set_rng_state(new_state, i)
 
 
-class DefaultGenerator:
+class _DefaultGenerator:
     """`torch.npu.default_generators[i]`: the NPU's generator, whose state is the NPU's 16 Philox
     bytes as `get_rng_state` hands it out (Megatron's RNG tracker sets states through it). Not a
     `torch.Generator`: torch refuses it as a `generator=` argument (the NPU draws from the
@@ -320,7 +320,7 @@ class DefaultGenerator:
     def set_state(self, new_state: torch.Tensor) -> None:
         set_rng_state(new_state, self.index)
 
-    def manual_seed(self, seed: int) -> DefaultGenerator:
+    def manual_seed(self, seed: int) -> _DefaultGenerator:
         manual_seed(seed)
         return self
 
@@ -333,8 +333,8 @@ class DefaultGenerator:
 
 
 @functools.cache
-def _default_generators(count: int) -> tuple[DefaultGenerator, ...]:
-    return tuple(DefaultGenerator(i) for i in range(count))
+def _default_generators(count: int) -> tuple[_DefaultGenerator, ...]:
+    return tuple(_DefaultGenerator(i) for i in range(count))
 
 
 def __getattr__(name: str) -> Any:

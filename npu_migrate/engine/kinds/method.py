@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 import libcst as cst
 from pydantic import Field
 
-from npu_migrate.engine.fixes import renamed_attribute
+from npu_migrate.engine.fixes import edit_keywords, renamed_attribute
 from npu_migrate.engine.kinds.arguments import conditions_hold, fits
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher, by_name
 from npu_migrate.engine.kinds.fields import ArgCondition, PlainNames, Strict
@@ -53,16 +53,24 @@ class MethodMatcher(Matcher):
                 continue
             if not conditions_hold(self.ctx, original, match.args, match.signature or []):
                 continue
-            new_func = renamed_attribute(rule, updated.func)
-            candidates.append(Candidate(rule, updated.with_changes(func=new_func) if new_func else None))
+            candidates.append(Candidate(rule, _fixed(rule, updated)))
         return candidates
+
+
+def _fixed(rule: Rule, call: cst.Call) -> cst.Call | None:
+    """The call with its method renamed or its keywords edited (`pipe.enable_model_cpu_offload()`
+    given the device its library would otherwise take as CUDA); None where the rule has no fix."""
+    if rule.fix is not None and rule.fix.keywords is not None:
+        return edit_keywords(call, rule.fix.keywords)
+    new_func = renamed_attribute(rule, cast(cst.Attribute, call.func))
+    return call.with_changes(func=new_func) if new_func else None
 
 
 class MethodKind(Kind[MethodMatch]):
     key = "method"
     schema = MethodMatch
     matcher_type = MethodMatcher
-    fixes = frozenset({"rename"})
+    fixes = frozenset({"rename", "keywords"})
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)

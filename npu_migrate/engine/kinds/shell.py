@@ -1,10 +1,11 @@
 """Match kinds for shell launch scripts (`*.sh`, `*.bash`, a sh/bash shebang): `shell_env`, a
 variable whose name the regex matches where a script sets, exports or expands it (fixed by
 substitution on the name), `shell_word`, an argument a command is given (a word, or a quoted
-string's text, optionally only after a given flag; fixed by substitution), `shell_command`, a command by its name (fixed by a template that
-replaces a plain use, one without arguments), and `shell_pipeline`, commands joined by `|` (fixed
-by a template that replaces the whole pipeline). The Python transformer has nothing to do with
-them: npu_migrate/handlers/shell.py finds them in a script's syntax tree."""
+string's text, optionally only after a given flag; fixed by substitution), `shell_command`, a
+command by its name (fixed by a template that replaces a plain use, one without arguments), and
+`shell_pipeline`, commands joined by `|` (fixed by a template that replaces the whole pipeline).
+The Python transformer has nothing to do with them: npu_migrate/handlers/shell.py finds them in a
+script's syntax tree."""
 
 from __future__ import annotations
 
