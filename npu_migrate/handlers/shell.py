@@ -144,10 +144,7 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
             arguments = [c for c in node.children if c.start_byte >= name.end_byte and c.type != "comment"]
             given = [a for a in arguments if not a.type.endswith("redirect")]
             yield _site(name, data, "command", held=PLAIN_ONLY if given else None)
-            before = ""
-            for argument in given:
-                yield from _word(argument, data, after=before)
-                before = (_spelled(argument, data) or (0, 0, ""))[2]
+            yield from _arguments(given, data)
             command = _text(name, data)
             named = set(_variables_named(command, given, data))
             yield from (_site(a, data, "variable") for a in given if a in named)
@@ -159,10 +156,7 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
     if node.type == "pipeline":  # `nvidia-smi -L | wc -l`: a pipeline, and the commands in it
         yield _site(node, data, "pipeline")
     if node.type == "array":  # `ARGS=(--distributed-backend nccl)`: a command's arguments, later
-        before = ""
-        for element in (c for c in node.children if c.type not in ("(", ")", "comment")):
-            yield from _word(element, data, after=before)
-            before = (_spelled(element, data) or (0, 0, ""))[2]
+        yield from _arguments([c for c in node.children if c.type not in ("(", ")", "comment")], data)
     for child in node.children:
         yield from _sites(child, data, read)
 
@@ -258,6 +252,15 @@ def _spelled_in(data: bytes, start: int, end: int, read: bool) -> Iterator[Site]
 
 def _text(node: Any, data: bytes) -> str:
     return data[node.start_byte : node.end_byte].decode(errors="replace")
+
+
+def _arguments(nodes: list[Any], data: bytes) -> Iterator[Site]:
+    """Word sites for arguments in the order a command gets them, each knowing the literal
+    argument before it (the flag whose value it may be)."""
+    before = ""
+    for node in nodes:
+        yield from _word(node, data, after=before)
+        before = (_spelled(node, data) or (0, 0, ""))[2]
 
 
 def _word(node: Any, data: bytes, after: str = "") -> Iterator[Site]:
