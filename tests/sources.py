@@ -88,6 +88,14 @@ ULTRALYTICS = Release(  # the whole sdist, tests included (benchmarks/real_tests
     "94a0767a0f1ed3c5e9d16ec620c2412ba87fec32da2a2a29db976b140e4161c6",
     "ultralytics-8.3.100",
 )
+MEGATRON_CORE = Release(  # Megatron-LM's core at the release Ascend's MindSpeed ports (tests/emulation)
+    f"{FILES}/50/12/e0f383e8fe937e46a3e5db422f7687609343c0d4d5a59ec4782b2ba1667a/megatron_core-0.12.1.tar.gz",
+    "11c40a1a26713951eaae6f73d5944f921db427cedd0e29b891102685a96d662f",
+    "megatron_core-0.12.1/megatron",
+)
+MEGATRON_LM = Snapshot(  # the same release's training entry points (benchmarks/real_stacks.py)
+    "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("megatron", "pretrain_gpt.py")
+)
 LIGHTNING = Snapshot(
     "Lightning-AI/pytorch-lightning",
     "7f0c3436cd3f6ad3753125672024fc415cbcb414",
