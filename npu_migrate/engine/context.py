@@ -178,6 +178,21 @@ class FileContext:
         why = self.suppressions.reason(code, where.start.line, where.end.line)
         return Hold(SUPPRESSED, why) if why else None
 
+    def drop_beaten_inside(self, outer: cst.CSTNode, winners: Sequence[Candidate]) -> None:
+        """Forget the matches within `outer` whose rules its winners supersede and which changed
+        nothing: a rule about a whole call beats a report on the name it calls (flash-attn's
+        `flash_attn_func(...)` rewrite and the report on every flash-attn name), as a site's rule
+        beats those of the sites within it (engine.sites)."""
+        beaten = {code for w in winners for code in w.rule.supersedes}
+        if not beaten or not any(m.candidate.rule.code in beaten for m in self.matches):
+            return
+        inside = {id(node) for node in subtree(outer)}
+        self.matches = [
+            m
+            for m in self.matches
+            if m.applied or m.candidate.rule.code not in beaten or id(m.node) not in inside
+        ]
+
     def record(
         self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: Hold | None, suppressed: bool
     ) -> None:

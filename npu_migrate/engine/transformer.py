@@ -125,6 +125,7 @@ class Transformer(cst.CSTTransformer):
         for winner in applied:
             for hoist in winner.hoists:
                 self.hoists.setdefault(hoist.line, {})[hoist.name] = hoist
+        self.ctx.drop_beaten_inside(original_node, winners)
         for winner in winners:
             self.ctx.record(
                 where[id(winner)], winner, winner in applied, holds[id(winner)], bool(suppressed[id(winner)])

@@ -58,6 +58,7 @@ class NameMatcher(Matcher):
         self.noted: dict[cst.CSTNode, tuple[list[str], str]] = {}  # reference -> (parts, qualified)
         self.targets: set[cst.SimpleString] = set()  # mock targets some rule's name is
         self.chosen: set[cst.CSTNode] = set()  # references that are a value an assignment binds
+        self.rebound: set[cst.CSTNode] = set()  # plain names an assignment binds anew
 
     # ------------------------------------------------------------ references
 
@@ -72,6 +73,7 @@ class NameMatcher(Matcher):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.chosen.update(_bound_values(node.value))
+        self.rebound.update(t.target for t in node.targets if isinstance(t.target, cst.Name))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -125,6 +127,8 @@ class NameMatcher(Matcher):
             return []
         parts, qualified = noted
         found = self.kind.ranked(qualified, chosen=original in self.chosen)
+        if original in self.rebound:  # `flash_attn_func = None` where the import failed: no use
+            found = [c for c in found if c.rule.fix is not None]
         ranked = [self._fixed(c, parts, qualified, updated) for c in found]
         if not ranked or ranked[0] is None:
             return []  # the best rule's rename is carried by the file's import (and its finding)
