@@ -53,7 +53,7 @@ class MethodMatcher(Matcher):
                 continue
             if not conditions_hold(self.ctx, original, match.args, match.signature or []):
                 continue
-            candidates.append(Candidate(rule, _fixed(rule, updated)))
+            candidates.append(Candidate(rule, _fixed(rule, updated), attribute=updated.func.attr.value))
         return candidates
 
 
