@@ -237,3 +237,24 @@ def test_a_call_reads_what_its_function_returns_not_an_attribute_of_its_name() -
     program = Program.of(ast.parse(code), code.splitlines(True))
     [value] = program.values[("name", 0, "d")]
     assert ("attr", "device") not in value.reads and ("call", "device") in value.reads
+
+
+FLAGGED = (  # Wan2.1's attention.py: a flag the try sets once the CUDA-only import succeeded
+    "import torch\nimport flash_attn_interface\n"
+    "try:\n    import {module}\n    HAS_IT = True\nexcept ImportError:\n    HAS_IT = False\n\n"
+    "def attend(q):\n    assert q.device.type == 'cuda'\n    if HAS_IT:\n"
+    "        return flash_attn_interface.flash_attn_varlen_func(q, q, q)\n    return q\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "held"),
+    [("flash_attn_interface", False), ("scipy", True)],
+    ids=["behind-a-cuda-only-import", "behind-another-import"],
+)
+def test_cuda_code_behind_its_own_import_flag_is_not_left_for_an_npu_host(module: str, held: bool) -> None:
+    """What runs only where a CUDA-only package imported no NPU host reaches: the device check
+    before it is migrated. Behind any other package's flag, the CUDA code would be reached."""
+    new, result = run(FLAGGED.format(module=module))
+    assert ("assert q.device.type == 'npu'" not in new) is held
+    assert (("NPU105", 10) in reasons(result)) is held

@@ -18,7 +18,9 @@ code is never worse than unmigrated code:
   which was dead and harmless before the migration. Every form of guard counts (`if`, `while`,
   `and`/`or`, `not`, a conditional expression, a loop's bound, an early exit, an `assert`, a
   test-skipping decorator), and a test is followed to the values it reads that ask about CUDA
-  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return);
+  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return). CUDA code that
+  runs only where a CUDA-only package imported (under `if FLASH_ATTN_3_AVAILABLE:`, set by the
+  `try` that imports flash_attn_interface) does not count: no NPU host reaches it;
 * a value handed on by keyword to code that another file of the run keeps comparing with CUDA
   (a test's `torch.device("cuda", i)` cases given as `DDPStrategy(parallel_devices=...)`, while
   Lightning's connector keeps `strategy.parallel_devices[0].type == "cuda"`, since Lightning has
@@ -257,6 +259,20 @@ def _walk(program: Program, keys: frozenset[Key], step: Callable[[Value], bool])
                 todo.extend(value.reads)
 
 
+def _behind_cuda_imports(
+    program: Program, inside: Callable[[Span], list[int]], leaves: Sequence[bool]
+) -> Callable[[Span], bool]:
+    """Whether code runs only where a CUDA-only package imported: under a flag that a `try`
+    sets once an import that stays CUDA code (a site left) succeeded."""
+    flags = {
+        flag
+        for flag, imports in program.availability.items()
+        if any(leaves[i] for span in imports for i in inside(span))
+    }
+    spans = [span for span, names in program.requires if names & flags]
+    return lambda site: any(span.holds(site) for span in spans)
+
+
 def _guard_holds(
     sites: Sequence[Site],
     program: Program,
@@ -268,10 +284,11 @@ def _guard_holds(
         return {}
     natives = sorted(program.native_calls, key=lambda c: c.span.start)
     native_starts = [c.span.start for c in natives]
+    unreached = _behind_cuda_imports(program, inside, leaves)
 
     def left_behind(guard: Guard) -> str | None:
         for span in guard.guarded:
-            site = next((i for i in inside(span) if leaves[i]), None)
+            site = next((i for i in inside(span) if leaves[i] and not unreached(sites[i].span)), None)
             if site is not None:
                 return f"`{sites[site].code.splitlines()[0]}` ({sites[site].rule})"
             at = bisect.bisect_left(native_starts, span.start)

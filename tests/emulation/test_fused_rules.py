@@ -4,6 +4,7 @@ outputs and gradients agree, in fp32 and in bf16 (at bf16 tolerance)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -29,14 +30,24 @@ ROTATE_PAIRS = (  # kornia's lightglue.py: a rotate_half that rotates neighbouri
 AS_4D = "    q = q.view(q.shape[0], q.shape[1], q.shape[2], q.shape[3])\n"  # what the rank guard needs shown
 
 
-def reference_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+def reference_flash_attn_func(
+    q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False
+):
     """flash-attn's documented semantics in plain torch: (B, S, N, D) inputs, GQA, and since
-    2.1 a causal mask aligned to the bottom-right corner (query i sees keys j <= i + Sk - Sq)."""
+    2.1 a causal mask and a sliding window aligned to the bottom-right corner: query i sees keys
+    j in [i + Sk - Sq - left, i + Sk - Sq + right] (a negative side unbounded; causal: right 0)."""
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     s_q, s_k = q.shape[-2], k.shape[-2]
+    left, right = window_size
+    right = 0 if causal else right
     mask = None
-    if causal:
-        mask = torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=s_k - s_q)
+    if left >= 0 or right >= 0:
+        offset = torch.arange(s_k)[None, :] - torch.arange(s_q)[:, None] - (s_k - s_q)
+        mask = torch.ones(s_q, s_k, dtype=torch.bool)
+        if right >= 0:
+            mask &= offset <= right
+        if left >= 0:
+            mask &= offset >= -left
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=softmax_scale, enable_gqa=True
     )
@@ -54,13 +65,15 @@ def reference_flash_attn_varlen_func(
     dropout_p=0.0,
     softmax_scale=None,
     causal=False,
+    window_size=(-1, -1),
+    deterministic=False,
 ):
     """Packed sequences (total, heads, dim) with cumulative starts: each sequence alone."""
     outs = []
     for i in range(len(cu_seqlens_q) - 1):
         qs, qe, ks, ke = cu_seqlens_q[i], cu_seqlens_q[i + 1], cu_seqlens_k[i], cu_seqlens_k[i + 1]
         one = reference_flash_attn_func(
-            q[None, qs:qe], k[None, ks:ke], v[None, ks:ke], dropout_p, softmax_scale, causal
+            q[None, qs:qe], k[None, ks:ke], v[None, ks:ke], dropout_p, softmax_scale, causal, window_size
         )
         outs.append(one[0])
     return torch.cat(outs)
@@ -239,6 +252,35 @@ CASES = {
         "actual_seq_kvlen=cu_k[1:].tolist())[0]",
         lambda: packed_sequences(query_heads=2),
     ),
+    "NPU929-varlen-wan-form": (  # Wan2.1's flash_attention: starts computed from lengths, all by keyword
+        "import flash_attn\n\n"
+        "def attend(q, k, v, q_lens, k_lens, causal, window_size):\n"
+        "    return flash_attn.flash_attn_varlen_func(\n"
+        "        q=q, k=k, v=v,\n"
+        "        cu_seqlens_q=torch.cat([q_lens.new_zeros([1]), q_lens]).cumsum(0, dtype=torch.int32),\n"
+        "        cu_seqlens_k=torch.cat([k_lens.new_zeros([1]), k_lens]).cumsum(0, dtype=torch.int32),\n"
+        "        max_seqlen_q=4, max_seqlen_k=6, dropout_p=0.0, softmax_scale=None,\n"
+        "        causal=causal, window_size=window_size, deterministic=False)\n\n"
+        "def f(q, k, v):\n"
+        "    lens = (torch.tensor([3, 4]), torch.tensor([4, 6]))\n"
+        "    full = attend(q, k, v, *lens, causal=False, window_size=(-1, -1))\n"
+        "    causal = attend(q, k, v, *lens, causal=True, window_size=(-1, -1))\n"
+        "    band = attend(q, k, v, *lens, causal=False, window_size=(2, 1))\n"
+        "    causal_band = attend(q, k, v, *lens, causal=True, window_size=(1, -1))\n"
+        "    return torch.stack([full, causal, band, causal_band])\n",
+        "return npu_flash_attn_varlen_func(q, k, v, torch.cat(",
+        lambda: packed_sequences(query_heads=4)[:3],
+    ),
+    "NPU930-flash-variable-causal-window": (
+        "from flash_attn import flash_attn_func\n\n"
+        "def attend(q, k, v, causal, window):\n"
+        "    return flash_attn_func(q, k, v, causal=causal, window_size=window)\n\n"
+        "def f(q, k, v):\n"
+        "    windows = ((-1, -1), (3, 0), (-1, 2))\n"
+        "    return torch.stack([attend(q, k, v, c, w) for c in (False, True) for w in windows])\n",
+        "return npu_flash_attn_func(q, k, v, causal=causal, window_size=window)",
+        lambda: [randn(2, 5, 4, 8), randn(2, 9, 2, 8), randn(2, 9, 2, 8)],
+    ),
     "NPU954-geglu-chunk-of-call": (  # the latent-diffusion GEGLU (CogVideo's sat), erf GELU
         "def f(x, w):\n    h, gate = torch.matmul(x, w).chunk(2, dim=-1)\n    return h * F.gelu(gate)\n",
         "    h_gate = torch.matmul(x, w)\n    h, gate = h_gate.chunk(2, dim=-1)\n"
@@ -311,7 +353,8 @@ def test_fused_rewrite_matches_the_original(case: str, dtype) -> None:
     body, expect, make_inputs = CASES[case]
     original = HEADER + body
     fused = rewritten(original, expect)
-    assert "flash_attn" not in fused, "the CUDA-only import must go with its last use"
+    imported = re.search(r"^(import|from) flash_attn\b", fused, re.M)
+    assert not imported, "the CUDA-only import must go with its last use"
     compare(function(original), function(fused), make_inputs(), dtype)
 
 

@@ -16,6 +16,10 @@ It knows:
 * comparisons (`device == "cuda"`), with the values their operands read;
 * calls into compiled extensions (`_C.nms(...)`, `ext_module.roi_align_forward(...)`), CUDA code
   no Python rule can migrate;
+* availability flags: a name a `try` sets True once its imports succeed (`import flash_attn`,
+  then `FLASH_ATTN_2_AVAILABLE = True`, False in the `except ImportError`), and the code that
+  runs only where such a flag is true (`if ... and FLASH_ATTN_3_AVAILABLE:`, the rest of a block
+  after `assert FLASH_ATTN_2_AVAILABLE`);
 * whether the file already keeps a path for the NPU beside CUDA (a `try` that imports torch_npu
   and goes on without it, `is_torch_npu_available()`, `torch_npu = None`);
 * the functions whose device their caller chooses (a parameter named like `device`, which a
@@ -123,6 +127,10 @@ class Program:
     # What each attribute is bound to anywhere in the classes read: the callee as written
     # (`nn.Dropout`), None for a value that is not a call of a name.
     attribute_callees: dict[str, set[str | None]] = field(default_factory=dict)
+    # A name a `try` sets true once its imports succeed -> the spans of those imports.
+    availability: dict[Key, list[Span]] = field(default_factory=dict)
+    # Code that runs only where every name of the set is true (an `if`'s body, after an `assert`).
+    requires: list[tuple[Span, frozenset[Key]]] = field(default_factory=list)
     # Attribute names other files of the run keep comparing with CUDA, with where (engine.program.run).
     compared_elsewhere: dict[str, str] = field(default_factory=dict)
 
@@ -216,6 +224,8 @@ class _Reader(ast.NodeVisitor):
             if (exits or isinstance(statement, ast.Assert)) and i + 1 < len(body):
                 rest = self.columns.around(body[i + 1 :])
                 self._guard(statement.test, [rest], statement)  # type: ignore[attr-defined,list-item]
+            if isinstance(statement, ast.Assert):
+                self._require(statement.test, body[i + 1 :])
             self.visit(statement)
 
     def _in_focus(self, node: ast.stmt) -> bool:
@@ -262,6 +272,7 @@ class _Reader(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self._guard(node.test, self._spans(node.body, node.orelse), node, [*node.body, *node.orelse])
+        self._require(node.test, node.body)
         self.generic_visit(node)
 
     def visit_While(self, node: ast.While) -> None:
@@ -285,6 +296,7 @@ class _Reader(ast.NodeVisitor):
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
         self._guard(node.test, self._spans([node.body], [node.orelse]), node, [node.body, node.orelse])
+        self._require(node.test, [node.body])
         self.generic_visit(node)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -311,6 +323,26 @@ class _Reader(ast.NodeVisitor):
             Guard(self.columns.span(test), tuple(guarded), self._first_line(where), self._reads(test),
                   _conjunctive(test), uses)
         )  # fmt: skip
+
+    def _require(self, test: ast.expr, body: Sequence[ast.stmt | ast.expr]) -> None:
+        """`body` runs only where the names `test` asserts (itself, or each operand of an `and`)
+        are true (Program.requires)."""
+        operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        names = [operand.id for operand in operands if isinstance(operand, ast.Name)]
+        span = self.columns.around(body)
+        if names and span is not None:
+            self.program.requires.append((span, frozenset(self._resolve(name) for name in names)))
+
+    def visit_Try(self, node: ast.Try) -> None:
+        """A `try` that imports, sets flags true and catches the ImportError: availability flags."""
+        if any(_catches_import_error(handler.type) for handler in node.handlers):
+            imports = [self.columns.span(s) for s in node.body if isinstance(s, ast.Import | ast.ImportFrom)]
+            for statement in [*node.body, *node.orelse]:
+                if imports and isinstance(statement, ast.Assign) and _is_true(statement.value):
+                    for target in statement.targets:
+                        if isinstance(target, ast.Name):
+                            self.program.availability.setdefault(self._resolve(target.id), []).extend(imports)
+        self.generic_visit(node)
 
     def _spans(self, *bodies: Sequence[ast.stmt | ast.expr]) -> list[Span]:
         return [span for body in bodies if (span := self.columns.around(body)) is not None]
@@ -659,6 +691,19 @@ def _parametrized(decorator: ast.expr) -> Iterator[tuple[str, ast.expr]]:
         else:
             for parameter in parameters:
                 yield parameter, case
+
+
+def _catches_import_error(caught: ast.expr | None) -> bool:
+    """Whether an `except` clause catches a failed import (bare, ImportError, its subclass
+    ModuleNotFoundError, or Exception, alone or in a tuple)."""
+    if caught is None:
+        return True
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    return any(_last(n) in {"ImportError", "ModuleNotFoundError", "Exception"} for n in names)
+
+
+def _is_true(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is True
 
 
 def _conjunctive(test: ast.expr) -> bool:
