@@ -96,6 +96,9 @@ MEGATRON_CORE = Release(  # Megatron-LM's core at the release Ascend's MindSpeed
 MEGATRON_LM = Snapshot(  # the same release's training entry points (benchmarks/real_stacks.py)
     "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("megatron", "pretrain_gpt.py")
 )
+WAN_2_1 = Snapshot(  # Wan2.1's video DiT and its flash-attn attention (benchmarks/real_stacks.py)
+    "Wan-Video/Wan2.1", "9737cba9c1c3c4d04b33fcad41c111989865d315", ("wan",)
+)
 LIGHTNING = Snapshot(
     "Lightning-AI/pytorch-lightning",
     "7f0c3436cd3f6ad3753125672024fc415cbcb414",

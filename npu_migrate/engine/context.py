@@ -4,7 +4,8 @@ kinds read and write this object, never each other."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import ast
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import TYPE_CHECKING
@@ -74,8 +75,12 @@ class FileContext:
         spans: Mapping[cst.CSTNode, CodeRange] | None = None,
         silenced: frozenset[str] = frozenset(),
         decided: Mapping[tuple[cst.CSTNode, str], Hold] | None = None,
+        tree_of: Callable[[], ast.Module | None] = lambda: None,
     ) -> None:
         self.module = module
+        # The stdlib parser's tree of the whole file (the module may hold only its regions), for
+        # the rare match whose use is elsewhere in the file; None where Python cannot read it.
+        self.tree_of = tree_of
         self.decided = decided or {}  # (node, rule code) -> why the program model holds its fix
         self.silenced = silenced
         self.suppressions = suppressions

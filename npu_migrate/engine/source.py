@@ -112,6 +112,7 @@ def scan_regions(
         counts,
         lambda focus: _program(text, focus, where, tree),
         lambda line: file_line(placed, line),
+        tree_of=lambda: tree,
     )
     matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
     spans = ctx.positions
@@ -150,10 +151,12 @@ def migrate_whole(
     suppressions = Suppressions.of(source) if marked(source) else None
     spans_before = positions(module, _all_nodes(module)) if suppressions and suppressions.found else None
     plan = index.names.plan(table)
-    model = functools.partial(_program, _text(source), where=where)
+    text = _text(source)
+    tree_of = functools.cache(lambda: _tree_or_none(text))
     ctx = _match(
-        module, table, plan, index, enabled, words, model, suppressions=suppressions, spans=spans_before
-    )
+        module, table, plan, index, enabled, words, lambda focus: _program(text, focus, where, tree_of()),
+        suppressions=suppressions, spans=spans_before, tree_of=tree_of,
+    )  # fmt: skip
     rewritten = ctx.rewritten
     result = FileResult(
         overridden=ctx.overridden,
@@ -202,15 +205,19 @@ def _match(
     place: Callable[[int], int] = lambda line: line,
     suppressions: Suppressions | None = None,
     spans: Mapping[cst.CSTNode, CodeRange] | None = None,
+    tree_of: Callable[[], ast.Module | None] = lambda: None,
 ) -> FileContext:
     """The one pass over a module (a whole file or its regions; `words`: the whole file's;
     `program_of`: the file's program model around some of its lines; `place`: a line of the module
     -> the file's line): the context holds what it found. The pass runs again, knowing more, where a
-    renamed import must keep its old name or the program model holds a fix back."""
+    renamed import must keep its old name or the program model holds a fix back. `tree_of`: the
+    stdlib parser's tree of the whole file, asked for only by a match whose use is elsewhere."""
     decided: dict[tuple[cst.CSTNode, str], Hold] = {}
     program: Program | None = None
     while True:
-        ctx = FileContext(module, table, plan, enabled, words, suppressions, spans, index.silenced, decided)
+        ctx = FileContext(
+            module, table, plan, enabled, words, suppressions, spans, index.silenced, decided, tree_of
+        )
         ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
         ctx.drop_unaccompanied()
         kept = ctx.bindings_to_keep()
@@ -257,6 +264,13 @@ def _program(text: str, focus: Collection[int], where: ModulePath, tree: ast.Mod
     program.cuda_member_beside = where.cuda_member_beside
     program.compared_elsewhere = compared
     return program
+
+
+def _tree_or_none(text: str) -> ast.Module | None:
+    try:
+        return stdlib_parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _text(source: bytes) -> str:

@@ -1,8 +1,9 @@
 """The video and image stacks' cases, on files written in their forms (fixtures/stacks): every
 flash-attn use rewritten through a run-time helper or reported at its line (Wan2.1),
 compute-capability checks reported and the renames that would reach them held (sam2), diffusers'
-CPU offload given the NPU (HunyuanVideo), a class's own cuda() left to it (flux); the migrated
-files run on the emulation where the originals' GPU path ran."""
+CPU offload given the NPU (HunyuanVideo), a class's own cuda() left to it (flux), a device helper
+whose caller is in the file fixed (LTX-Video); the migrated files run on the emulation where the
+originals' GPU path ran."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_every_blocker_is_rewritten_or_reported_at_its_line() -> None:
         ("sam2_misc.py", 11, "NPU121", "manual"),
         ("hunyuan_sample.py", 6, "NPU120", "safe"),
         ("flux_engine.py", 25, "NPU103", "held"),  # self.cuda() is the class's own method
+        ("ltx_inference.py", 8, "NPU101", "safe"),  # get_device's caller is in the file:
+        ("ltx_inference.py", 9, "NPU105", "safe"),  # its "cuda" is a device, fixed, not held
     ]:
         assert expected in found, expected
 
@@ -43,6 +46,8 @@ def test_the_migrated_files_run_on_the_emulation(tmp_path: Path) -> None:
     assert 'enable_sequential_cpu_offload(device="npu")' in (migrated / "hunyuan_sample.py").read_text()
     engine = run_cli("run", "--emulate", "flux_engine.py", cwd=migrated)
     assert engine.returncode == 0 and "engine on npu, loaded: True" in engine.stdout, engine.stderr
+    latents = run_cli("run", "--emulate", "ltx_inference.py", cwd=migrated)
+    assert latents.returncode == 0 and "latents on npu" in latents.stdout, latents.stderr
     sdpa = run_cli("run", "--emulate", "sam2_misc.py", cwd=migrated)
     assert sdpa.returncode == 0 and "sdpa settings: (True, False, True)" in sdpa.stdout, sdpa.stderr
 

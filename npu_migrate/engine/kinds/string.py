@@ -66,7 +66,9 @@ class StringContext(Strict):
         default=None,
         description="A variable assigned the literal in a function that passes the variable where "
         'one of this rule\'s `argument` places expects it (`arg = "cuda:0"` ... '
-        "`return torch.device(arg)`): the literal's use is visible in the function.",
+        "`return torch.device(arg)`): the literal's use is visible in the function. And a literal "
+        "a function returns where the file's calls of that function put the result in one of "
+        "this rule's `assign` or keyword places (`device = get_device()`, `f(device=pick())`).",
     )
     anywhere: Literal[True] | None = Field(
         default=None,
@@ -122,10 +124,10 @@ class StringMatcher(Matcher):
         self.flowing: dict[tuple[cst.FunctionDef, str], list[StringRule]] = {}
         self.read_flows: set[cst.FunctionDef] = set()
         self.flow_rules = [s for s in kind.strings if any(w.flows for w in s.where)]
+        self.returned_to: dict[str, list[StringRule]] = {}  # function name -> rules its calls' places have
 
     def _flows_of(self, function: cst.FunctionDef, name: str, value: cst.BaseExpression) -> list[StringRule]:
-        texts = [static_text(s) for s in strings_in(value)]
-        if not any(t is not None and s.regex.fullmatch(t) for s in self.flow_rules for t in texts):
+        if not self._spells_a_flow(value):
             return []
         if function not in self.read_flows:
             self.read_flows.add(function)
@@ -216,6 +218,22 @@ class StringMatcher(Matcher):
         if self.flow_rules and functions and isinstance(target, cst.Name) and value is not None:
             for string_rule in self._flows_of(functions[0], target.value, value):
                 self._mark(string_rule, value)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        functions = self.ctx.facts.functions
+        if node.value is None or not functions or not self._spells_a_flow(node.value):
+            return
+        name = functions[-1].name.value
+        if name not in self.returned_to:
+            tree = self.ctx.tree_of()
+            uses = _uses_of_calls(tree, name) if tree is not None else []
+            self.returned_to[name] = [s for s in self.flow_rules if any(_receives(s, use) for use in uses)]
+        for string_rule in self.returned_to[name]:
+            self._mark(string_rule, node.value)
+
+    def _spells_a_flow(self, value: cst.BaseExpression) -> bool:
+        texts = [static_text(s) for s in strings_in(value)]
+        return any(t is not None and s.regex.fullmatch(t) for s in self.flow_rules for t in texts)
 
     def visit_Param(self, node: cst.Param) -> None:
         self._mark_where("param", node.default, lambda globs: _glob(node.name.value, globs))
@@ -309,6 +327,48 @@ class StringKind(Kind[StringMatch]):
         function around it (the variable's use is there)."""
         for string in self.strings:
             anchors.rule([Token.regex(string.regex.pattern)], function=any(w.flows for w in string.where))
+
+
+def _uses_of_calls(tree: ast.Module, function: str) -> list[tuple[str, str]]:
+    """Where the file puts what `function` returns: ("assign", the variable) for `device =
+    get_device()`, ("keyword", the keyword) for `f(device=get_device())`; calls by name or as a
+    method (`self.get_device()`)."""
+
+    def calls(value: ast.expr | None) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        called = value.func
+        return (isinstance(called, ast.Name) and called.id == function) or (
+            isinstance(called, ast.Attribute) and called.attr == function
+        )
+
+    uses: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and calls(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            uses += [("assign", name) for target in targets if (name := _target_name(target))]
+        elif isinstance(node, ast.Call):
+            uses += [("keyword", k.arg) for k in node.keywords if k.arg is not None and calls(k.value)]
+    return uses
+
+
+def _target_name(target: ast.expr) -> str | None:
+    """The name an assignment binds, as `assign` places read it (`device`, `self.device`)."""
+    if isinstance(target, ast.Name):
+        return target.id
+    return target.attr if isinstance(target, ast.Attribute) else None
+
+
+def _receives(string_rule: StringRule, use: tuple[str, str]) -> bool:
+    """Whether a call's result, put where `use` says, is in one of the rule's places."""
+    kind, name = use
+    for where in string_rule.where:
+        if kind == "assign" and where.assign is not None and _glob(name, where.assign):
+            return True
+        place = where.argument
+        if kind == "keyword" and place is not None and "*" in place.of and name in place.keyword:
+            return True
+    return False
 
 
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
