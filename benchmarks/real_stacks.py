@@ -6,15 +6,17 @@ build at start-up); and Wan2.1's video DiT (`wan/modules/model.py`, every attent
 flash-attn 3 or 2) trained a few steps by a user's script in CUDA form (benchmarks/stacks). Their
 originals need CUDA and cannot run on the CPU, so the verdict is that the run finishes with finite
 losses whose last is below its first. Wan's attention is flash-attn's alone: `apply` reports it
-and the run stops at Wan's own `assert FLASH_ATTN_2_AVAILABLE`; `--unsafe` rewrites it.
+and the run stops at Wan's own `assert FLASH_ATTN_2_AVAILABLE`; `--unsafe` rewrites it. And a
+diffusers pipeline with CPU offload (benchmarks/stacks), as HunyuanVideo's `--use-cpu-offload`
+runs: its images must equal the CPU run's.
 
     python benchmarks/real_stacks.py
 
 Megatron-LM and Wan2.1 come from git mirrors at pinned commits (tests/sources.py: `fetch
 github:NVIDIA/Megatron-LM`, `fetch github:Wan-Video/Wan2.1`); Megatron's dataset helpers build
 with pybind11 and its tokenizers import six (the `dev` extra has both); Wan's model imports
-diffusers, whose pinned wheel (tests/sources.py) goes on its path. Prints one row per run; always
-exits 0."""
+diffusers, whose pinned wheel (tests/sources.py) goes on its path, with accelerate's sdist for
+the offload. Prints one row per run; always exits 0."""
 
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sources import DIFFUSERS, MEGATRON_LM, WAN_2_1, checkout, fetch
+from tests.sources import ACCELERATE, DIFFUSERS, MEGATRON_LM, WAN_2_1, checkout, fetch
 
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2"]
 PRETRAIN_GPT = (
@@ -40,68 +44,94 @@ PRETRAIN_GPT = (
 )  # fmt: skip
 # Megatron refuses tensor parallelism without it; its launch scripts export it (kept by `apply`)
 ENVIRONMENT = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-LOSS = re.compile(r"iteration\s+(\d+)/\s*\d+ .*?lm loss: ([-\d.E+]+)")
+LOSS = re.compile(r"iteration\s+\d+/\s*\d+ .*?lm loss: ([-\d.E+]+)")
 FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-WAN_LOSS = re.compile(r"step (\d+) loss ([-\d.e+]+)")
-WAN_ENTRY = Path(__file__).with_name("stacks") / "wan_dit_train.py"
+STACKS = Path(__file__).with_name("stacks")  # the users' scripts, in CUDA form
 
 
-def run_migrated(
-    tree: Path, unsafe: bool, work: Path, command: list[str], env: dict[str, str], loss: re.Pattern[str]
-) -> dict[str, object]:
-    """`apply` (or `apply --unsafe`) `tree` into `work`, then run `command` there on the emulation."""
-    migrated = work / f"{tree.name}-{'unsafe' if unsafe else 'safe'}"
-    apply = [sys.executable, "-m", "npu_migrate", "apply", str(tree), "--out", str(migrated)]
+@dataclass(frozen=True)
+class Stack:
+    """A real stack's run: its tree, the command run there, and what its output must show."""
+
+    name: str
+    tree: Path
+    command: list[str]
+    env: dict[str, str]
+    values: re.Pattern[str]  # the figures it prints (losses, or a difference to a reference)
+    passed: Callable[[list[float], str], bool]  # (those figures, stdout) -> the verdict
+    needs_unsafe: str = ""  # why `apply` alone cannot run it (the run must then stop)
+
+
+def trains(values: list[float], _: str) -> bool:
+    """At least 4 finite losses, the last below the first."""
+    return len(values) >= 4 and all(math.isfinite(x) for x in values) and values[-1] < values[0]
+
+
+def matches_on_the_npu(values: list[float], said: str) -> bool:
+    """Offloaded to the NPU, and the same images as the CPU run."""
+    return "offloaded to npu" in said and len(values) == 1 and values[0] <= 1e-5
+
+
+def run_migrated(stack: Stack, unsafe: bool, work: Path) -> dict[str, object]:
+    """`apply` (or `apply --unsafe`) the stack's tree into `work`, then run its command there on
+    the emulation."""
+    migrated = work / f"{stack.tree.name}-{'unsafe' if unsafe else 'safe'}"
+    apply = [sys.executable, "-m", "npu_migrate", "apply", str(stack.tree), "--out", str(migrated)]
     unsafe_flag = ["--unsafe"] if unsafe else []
     subprocess.run([*apply, "--no-change-list", *unsafe_flag], capture_output=True, text=True, check=False)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "npu_migrate", "run", "--emulate", *command],
-        cwd=migrated, env={**os.environ, **env}, capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "npu_migrate", "run", "--emulate", *stack.command],
+        cwd=migrated, env={**os.environ, **stack.env}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     seconds = time.perf_counter() - start
-    losses = [float(value) for _, value in loss.findall(done.stdout)]
-    row: dict[str, object] = {"losses": losses, "seconds": seconds, "rc": done.returncode}
+    values = [float(value) for value in stack.values.findall(done.stdout)]
+    row: dict[str, object] = {"values": values, "seconds": seconds, "rc": done.returncode}
     if done.returncode != 0:
         said = [line for line in (done.stderr + done.stdout).splitlines() if "Error" in line]
         frames = FRAME.findall(done.stderr)
         where = f" at {Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else ""
         row["error"] = (said[0] if said else done.stderr[-300:])[:200] + where
-    row["passed"] = (
-        done.returncode == 0
-        and len(losses) >= 4
-        and all(math.isfinite(x) for x in losses)
-        and losses[-1] < losses[0]
-    )
+    row["passed"] = done.returncode == 0 and stack.passed(values, done.stdout)
     return row
 
 
-def stacks(work: Path) -> list[tuple[str, Path, list[str], dict[str, str], re.Pattern[str]]]:
-    """Each stack: its name, its tree (copied into `work`), its command, environment and loss lines."""
+def stacks(work: Path) -> list[Stack]:
+    """The stacks, their trees copied into `work`."""
     megatron = work / "Megatron-LM"
     shutil.copytree(checkout(MEGATRON_LM), megatron)
     wan = work / "Wan2.1"
     shutil.copytree(checkout(WAN_2_1), wan)
-    shutil.copy(WAN_ENTRY, wan / WAN_ENTRY.name)
-    diffusers = {"PYTHONPATH": str(fetch(DIFFUSERS).parent)}
+    shutil.copy(STACKS / "wan_dit_train.py", wan)
+    offload = work / "diffusers-offload"
+    offload.mkdir()
+    shutil.copy(STACKS / "diffusers_offload.py", offload)
+    diffusers = str(fetch(DIFFUSERS).parent)
+    accelerate = str(fetch(ACCELERATE) / "src")
+    pretrain = [*TORCHRUN, "pretrain_gpt.py", *PRETRAIN_GPT]
     return [
-        ("Megatron-LM core_v0.12.1 pretrain_gpt.py", megatron, [*TORCHRUN, "pretrain_gpt.py", *PRETRAIN_GPT],
-         ENVIRONMENT, LOSS),
-        ("Wan2.1 DiT, 4 training steps", wan, ["python", WAN_ENTRY.name], diffusers, WAN_LOSS),
+        Stack("Megatron-LM core_v0.12.1 pretrain_gpt.py", megatron, pretrain, ENVIRONMENT, LOSS, trains),
+        Stack("Wan2.1 DiT, 4 training steps", wan, ["python", "wan_dit_train.py"], {"PYTHONPATH": diffusers},
+              re.compile(r"step \d+ loss ([-\d.e+]+)"), trains, "flash-attn is its only attention"),
+        Stack("diffusers 0.31 DDPM pipeline, CPU offload", offload, ["python", "diffusers_offload.py"],
+              {"PYTHONPATH": os.pathsep.join([diffusers, accelerate])},
+              re.compile(r"max difference to the CPU run: ([-\d.e+]+)"), matches_on_the_npu),
     ]  # fmt: skip
 
 
 def main() -> int:
-    print(f"{'run':58} {'rc':>3} {'loss per iteration':>44} {'s':>6}  verdict")
+    print(f"{'run':58} {'rc':>3} {'losses, or difference to the CPU':>44} {'s':>6}  verdict")
     with tempfile.TemporaryDirectory(prefix="npu-migrate-stack-") as folder:
-        work = Path(folder)
-        for stack, tree, command, env, loss in stacks(work):
+        for stack in stacks(Path(folder)):
             for unsafe in (False, True):
-                row = run_migrated(tree, unsafe, work, command, env, loss)
-                name = f"{stack}, apply{' --unsafe' if unsafe else ''}"
-                losses = " ".join(f"{x:.4f}" for x in row["losses"])  # type: ignore[attr-defined]
+                row = run_migrated(stack, unsafe, Path(folder))
+                name = f"{stack.name}, apply{' --unsafe' if unsafe else ''}"
+                values = " ".join(f"{x:.4g}" for x in row["values"])  # type: ignore[attr-defined]
                 verdict = "PASS" if row["passed"] else f"FAIL {row.get('error', '')}"
-                print(f"{name:58} {row['rc']:>3} {losses:>44} {row['seconds']:>6.1f}  {verdict}", flush=True)
+                if stack.needs_unsafe and not unsafe:  # it must stop, at what apply reported
+                    outcome = "PASS" if row["rc"] != 0 else "FAIL"
+                    verdict = f"{outcome} stops: {stack.needs_unsafe}; {row.get('error', '')}"
+                print(f"{name:58} {row['rc']:>3} {values:>44} {row['seconds']:>6.1f}  {verdict}", flush=True)
     return 0
 
 

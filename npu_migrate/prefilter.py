@@ -71,6 +71,7 @@ class Prefilter:
         self.alternatives: set[frozenset[str]] = set()
         self._regexes: list[str] = []
         self._regex: RuleRegex | None = None
+        self._fragments: list[str] = []
 
     def need(self, *alternatives: frozenset[str]) -> None:
         """A rule matches only in files that contain every token of one of `alternatives`."""
@@ -82,8 +83,14 @@ class Prefilter:
         self._regexes.append(regex)
         self._regex = None  # compiled, all in one, when first needed
 
+    def need_fragment(self, fragment: str) -> None:
+        """A rule whose matches spell `fragment` inside a word (`_cuda` in `my_kernels_cuda`)."""
+        self._fragments.append(fragment)
+
     def may_match(self, text: str, words: Iterable[str] | None = None) -> bool:
         """`words`: the file's words, where the caller has them already."""
+        if any(fragment in text for fragment in self._fragments):
+            return True
         if self._regexes and self._regex is None:
             self._regex = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")
         if self._regex is not None and self._regex.search(text):
@@ -96,7 +103,11 @@ class Prefilter:
         return self.may_match(text, counts.keys() | spelled_by_the_module(text, where))
 
     def to_json(self) -> dict[str, Any]:
-        return {"alternatives": sorted(sorted(a) for a in self.alternatives), "regexes": self._regexes}
+        return {
+            "alternatives": sorted(sorted(a) for a in self.alternatives),
+            "regexes": self._regexes,
+            "fragments": self._fragments,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Prefilter:
@@ -104,4 +115,6 @@ class Prefilter:
         prefilter.need(*(frozenset(a) for a in data["alternatives"]))
         for regex in data["regexes"]:
             prefilter.need_regex(regex)
+        for fragment in data.get("fragments", ()):
+            prefilter.need_fragment(fragment)
         return prefilter

@@ -96,8 +96,23 @@ MEGATRON_CORE = Release(  # Megatron-LM's core at the release Ascend's MindSpeed
 MEGATRON_LM = Snapshot(  # the same release's training entry points (benchmarks/real_stacks.py)
     "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("megatron", "pretrain_gpt.py")
 )
+MEGATRON_LM_EXAMPLES = Snapshot(  # its launch scripts (benchmarks/stack_blockers.py)
+    "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("examples",)
+)
 WAN_2_1 = Snapshot(  # Wan2.1's video DiT and its flash-attn attention (benchmarks/real_stacks.py)
     "Wan-Video/Wan2.1", "9737cba9c1c3c4d04b33fcad41c111989865d315", ("wan",)
+)
+HUNYUAN_VIDEO = Snapshot(  # the video stacks' blockers census (benchmarks/stack_blockers.py)
+    "Tencent-Hunyuan/HunyuanVideo",
+    "fa14b001c18f37191c938a9ef6baad3b9b472759",
+    ("hyvideo", "sample_video.py", "gradio_server.py", "scripts"),
+)
+SAM2 = Snapshot(  # its whole archive misses a blob in the mirror: the code's folders only
+    "facebookresearch/sam2", "2b90b9f5ceec907a1c18123530e92e794ad901a4", ("sam2", "demo", "training", "tools")
+)
+FLUX = Snapshot("black-forest-labs/flux", "802fb4713906133fcbd0d8dc5351620ca4773036", ("src", "demo_gr.py"))
+LTX_VIDEO = Snapshot(
+    "Lightricks/LTX-Video", "5260738e171955b66c0827f9af7e84d68fd1d919", ("ltx_video", "inference.py", "tests")
 )
 LIGHTNING = Snapshot(
     "Lightning-AI/pytorch-lightning",

@@ -160,3 +160,23 @@ def test_rules_list_and_docs_are_ordered_by_code(cli: Cli) -> None:
         line.split()[1] for line in cli("rules", "list").stdout.splitlines() if line.startswith("│ NPU")
     ]
     assert listed == sorted(listed) and listed[0] == "NPU101"
+
+
+@pytest.mark.parametrize(
+    ("source", "codes"),
+    [
+        ("import fused_layer_norm_cuda\n", ["NPU850"]),  # named: the rule that names its replacement
+        ("import scaled_masked_softmax_cuda as smc\n", ["NPU846"]),
+        ("import my_kernels_cuda\n", ["NPU853"]),  # any other module of that form
+        ("from . import roi_align_cuda\n", ["NPU853"]),  # a package's module, its package unknown
+        ("from .csrc.roi_align_cuda import forward\n", ["NPU853"]),
+        ("from transformers.utils import is_torch_cuda_available\n", ["NPU114"]),  # a function
+    ],
+)
+def test_a_report_on_a_module_name_beats_the_report_on_the_import_around_it(
+    source: str, codes: list[str]
+) -> None:
+    """NPU853 (an import of any `*_cuda*` module) is about the whole import statement; a rule
+    about the module's own name inside it supersedes it, from inside."""
+    result = migrate_source(source.encode(), RuleIndex(load_rules()), frozenset())
+    assert [f.rule.code for f in result.findings] == codes

@@ -105,3 +105,26 @@ def test_a_flag_list_the_command_line_expands_unquoted_is_read_word_by_word(tmp_
     assert lines[3] == "--optim adamw_torch_fused \\" and lines[5] == 'SAID="--optim adamw_apex_fused"'
     assert lines[4] == '--device cuda:$N --eval-device npu"' and lines[7] == 'ONE="npu"'
     assert subprocess.run(["bash", "-n", script], check=False).returncode == 0
+
+
+def test_a_flag_list_expanded_into_a_command_string_that_is_evaluated_is_read_word_by_word(
+    tmp_path: Path,
+) -> None:
+    """Megatron-LM's retro preprocessing script: the flags in ARGS, ARGS expanded into the
+    command string CMD, and `eval $CMD`: the NCCL backend reaches the argparse whose choices the
+    rewrite made hccl, so it is rewritten with them. A string only echoed is not."""
+    script = tmp_path / "preprocess_data.sh"
+    script.write_text(
+        'ARGS=" \\\n    --tensor-model-parallel-size 1 \\\n    --distributed-backend nccl \\\n"\n'
+        'CMD="\\\n    python -m torch.distributed.run \\\n    tools/retro/preprocess_data.py ${ARGS} \\\n"\n'
+        'NOTE="--distributed-backend nccl"\n'
+        "echo \"CMD = '$CMD'. $NOTE\"\n"
+        "eval $CMD\n"
+    )
+    result = run_cli("scan", script, "--format", "json", cwd=tmp_path)
+    found = [(f["line"], f["code"], f["label"]) for f in json.loads(result.stdout)["findings"]]
+    assert found == [(3, "NPU205", "safe")]
+    run_cli("apply", script, "--no-change-list", cwd=tmp_path)
+    lines = script.read_text().splitlines()
+    assert lines[2] == "    --distributed-backend hccl \\" and lines[8] == 'NOTE="--distributed-backend nccl"'
+    assert subprocess.run(["bash", "-n", script], check=False).returncode == 0

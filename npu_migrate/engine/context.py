@@ -198,6 +198,17 @@ class FileContext:
             if m.applied or m.candidate.rule.code not in beaten or id(m.node) not in inside
         ]
 
+    def beaten_from_inside(self, outer: cst.CSTNode, winners: list[Candidate]) -> list[Candidate]:
+        """The winners, less the reports on `outer` that a match within it supersedes: a rule
+        about one module's name (`import fused_layer_norm_cuda`, NPU850) beats a report on any
+        import of that form around it."""
+        reports = {w.rule.code for w in winners if w.fixed is None}
+        if not reports or not any(reports.intersection(m.candidate.rule.supersedes) for m in self.matches):
+            return winners
+        inside = {id(node) for node in subtree(outer)}
+        beaten = {code for m in self.matches if id(m.node) in inside for code in m.candidate.rule.supersedes}
+        return [w for w in winners if w.fixed is not None or w.rule.code not in beaten]
+
     def record(
         self, original: cst.CSTNode, candidate: Candidate, applied: bool, held: Hold | None, suppressed: bool
     ) -> None:

@@ -51,7 +51,9 @@ class Token:
     anything under a.b) which a file spells through its imports, or a regex that the text of a
     string literal starts with. `then`: a regex that follows the word or name (`(` of a call)."""
 
-    kind: str  # "word", "name" or "regex"
+    # "word", "name", "regex", or "fragment": text inside a word (`_cuda`) that an imported
+    # module's name holds; a file that spells it is read at its imports
+    kind: str
     value: str
     then: str = ""
 
@@ -66,6 +68,10 @@ class Token:
     @classmethod
     def regex(cls, value: str) -> Token:
         return cls("regex", value)
+
+    @classmethod
+    def fragment(cls, value: str) -> Token:
+        return cls("fragment", value)
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,8 @@ class Anchors:
         def may_spell(token: Token) -> bool:
             if token.kind == "regex":
                 return token.value in strings
+            if token.kind == "fragment":
+                return token.value in text
             return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
 
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
@@ -184,7 +192,7 @@ class Survey:
                 if t.kind == "word"
                 else sum(min(counts[w] for w in chain) for chain in spelled.get(t.value, ()))
                 for t in choice
-                if t.kind != "regex"
+                if t.kind not in ("regex", "fragment")
             )
 
         # For statement rules and for function rules: (regex, where it may start): "string" (a
@@ -200,6 +208,8 @@ class Survey:
                     found[rule.function].update((_chain(c, then), "head") for c in chains)
                 elif token.kind == "regex":
                     found[rule.function].add((token.value, "string"))
+                elif token.kind == "fragment":
+                    found[rule.function].add((_chain(["import"], ""), "word"))
         if not found[0] and not found[1]:
             return [], []
 

@@ -112,7 +112,9 @@ class Transformer(cst.CSTTransformer):
             return updated_node
         if not all(c.rule.last_resort for c in candidates):
             candidates = [c for c in candidates if not c.rule.last_resort]
-        winners = self.ctx.settle(candidates)
+        winners = self.ctx.beaten_from_inside(original_node, self.ctx.settle(candidates))
+        if not winners:
+            return updated_node
         zone = self.zones[-1][1] if self.zones else None
         where = {id(w): w.at[0] if w.at else original_node for w in winners}  # what each is about
         suppressed = {id(w): self.ctx.suppression(where[id(w)], w.rule.code) for w in winners}

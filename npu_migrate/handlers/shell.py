@@ -164,30 +164,45 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
 def _flag_lists(root: Any, data: bytes) -> Iterator[Site]:
     """The words of a quoted value assigned to a variable that a command is given unquoted
     (`ARGS="--bf16 --optim adamw_apex_fused"`, then `torchrun train.py $ARGS`): the shell splits
-    that value into the command's arguments, so each of its literal words is an argument too.
-    A word that touches an expansion or holds a backslash is left out: its value is not its text."""
-    split = {name for node in _walk(root) if node.type == "command" for name in _unquoted_names(node, data)}
+    that value into the command's arguments, so each of its literal words is an argument too; and
+    so are the words of a variable expanded in such a value (`CMD="python train.py ${ARGS}"`, then
+    `eval $CMD`: Megatron's retro scripts). A word that touches an expansion or holds a backslash
+    is left out: its value is not its text."""
+    values: dict[str, list[Any]] = {}
     for node in _walk(root):
-        if node.type != "variable_assignment" or node.children[-1].type != "string":
-            continue
         name = next((c for c in node.children if c.type == "variable_name"), None)
-        if name is None or _text(name, data) not in split:
-            continue
-        value = node.children[-1]
-        for content in (c for c in value.children if c.type == "string_content"):
-            words = list(re.finditer(rb"\S+", data[content.start_byte : content.end_byte]))
-            if len(words) < 2 and _literal(value) is not None:
-                continue  # the whole value is one word, and a word site already
-            before = ""
-            for word in words:
-                start, end = content.start_byte + word.start(), content.start_byte + word.end()
-                touches = (start == content.start_byte and _expanded(content.prev_sibling)) or (
-                    end == content.end_byte and _expanded(content.next_sibling)
-                )
-                text = word[0].decode(errors="replace")
-                if not touches and b"\\" not in word[0]:
-                    yield Site("word", start, end, text, facts={"after": before})
-                before = text
+        if node.type == "variable_assignment" and name is not None and node.children[-1].type == "string":
+            values.setdefault(_text(name, data), []).append(node.children[-1])
+    split = {name for node in _walk(root) if node.type == "command" for name in _unquoted_names(node, data)}
+    todo = list(split)
+    while todo:  # a value split into arguments splits the values expanded in it
+        for value in values.get(todo.pop(), ()):
+            for inner in _unquoted_names(value, data):
+                if inner not in split:
+                    split.add(inner)
+                    todo.append(inner)
+    for name, strings in values.items():
+        if name in split:
+            for value in strings:
+                yield from _split_words(value, data)
+
+
+def _split_words(value: Any, data: bytes) -> Iterator[Site]:
+    """Word sites for the literal words of a quoted value the shell splits into arguments."""
+    for content in (c for c in value.children if c.type == "string_content"):
+        words = list(re.finditer(rb"\S+", data[content.start_byte : content.end_byte]))
+        if len(words) < 2 and _literal(value) is not None:
+            continue  # the whole value is one word, and a word site already
+        before = ""
+        for word in words:
+            start, end = content.start_byte + word.start(), content.start_byte + word.end()
+            touches = (start == content.start_byte and _expanded(content.prev_sibling)) or (
+                end == content.end_byte and _expanded(content.next_sibling)
+            )
+            text = word[0].decode(errors="replace")
+            if not touches and b"\\" not in word[0]:
+                yield Site("word", start, end, text, facts={"after": before})
+            before = text
 
 
 def _expanded(beside: Any) -> bool:
