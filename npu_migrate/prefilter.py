@@ -6,6 +6,7 @@ Python file without loading the rules or the engine (what a pre-commit hook's ru
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -53,6 +54,15 @@ def tokens(text: str, words: Iterable[str] | None = None) -> set[str]:
     return found
 
 
+@functools.cache
+def imported_fragment(fragment: str) -> re.Pattern[str]:
+    """Where a module whose name holds `fragment` may be imported: on a line with the word
+    `import` (`import roi_align_cuda`, `from .roi_cuda import f`); elsewhere (`is_cuda`,
+    `_cuda_rng_state`) it names no module."""
+    spelled = re.escape(fragment)
+    return re.compile(rf"\bimport\b[^\n]*{spelled}|{spelled}[^\n]*\bimport\b")
+
+
 def spelled_by_the_module(text: str, where: ModulePath) -> set[str]:
     """The words a file spells without writing them: its relative imports stand for its
     package's name (`from ..utils`), its top-level definitions for `<module>.<name>`."""
@@ -84,12 +94,13 @@ class Prefilter:
         self._regex = None  # compiled, all in one, when first needed
 
     def need_fragment(self, fragment: str) -> None:
-        """A rule whose matches spell `fragment` inside a word (`_cuda` in `my_kernels_cuda`)."""
+        """A rule about imported modules whose names hold `fragment` (`_cuda` in
+        `my_kernels_cuda`)."""
         self._fragments.append(fragment)
 
     def may_match(self, text: str, words: Iterable[str] | None = None) -> bool:
         """`words`: the file's words, where the caller has them already."""
-        if any(fragment in text for fragment in self._fragments):
+        if any(imported_fragment(fragment).search(text) for fragment in self._fragments):
             return True
         if self._regexes and self._regex is None:
             self._regex = compile_rule_regex("[\"'](?:" + "|".join(f"(?:{r})" for r in self._regexes) + ")")

@@ -29,7 +29,7 @@ from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import NO_MODULE, ModulePath
-from npu_migrate.prefilter import TOP_LEVEL_DEFINITION
+from npu_migrate.prefilter import TOP_LEVEL_DEFINITION, imported_fragment
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _QUOTE = re.compile("[\"']")
@@ -52,7 +52,7 @@ class Token:
     string literal starts with. `then`: a regex that follows the word or name (`(` of a call)."""
 
     # "word", "name", "regex", or "fragment": text inside a word (`_cuda`) that an imported
-    # module's name holds; a file that spells it is read at its imports
+    # module's name holds; a file that spells it on an import line is read at its imports
     kind: str
     value: str
     then: str = ""
@@ -120,7 +120,7 @@ class Anchors:
             if token.kind == "regex":
                 return token.value in strings
             if token.kind == "fragment":
-                return token.value in text
+                return imported_fragment(token.value).search(text) is not None
             return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
 
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
