@@ -258,3 +258,30 @@ def test_cuda_code_behind_its_own_import_flag_is_not_left_for_an_npu_host(module
     new, result = run(FLAGGED.format(module=module))
     assert ("assert q.device.type == 'npu'" not in new) is held
     assert (("NPU105", 10) in reasons(result)) is held
+
+
+def test_a_value_bound_only_where_cuda_was_found_is_a_question_too() -> None:
+    """Megatron-LM's StragglerDetector (core/utils.py): configure() turns the detector on only
+    where CUDA is; elapsed(), another method, reads the GPU's sensors unless it is off. Rewritten,
+    the probe would turn it on on an NPU host, and the sensors it reads have no NPU twin."""
+    code = (
+        "import torch\n\nclass StragglerDetector:\n    def configure(self, enabled):\n"
+        "        self._off = True\n        if torch.cuda.is_available():\n            self._off = not enabled\n\n"
+        "    def elapsed(self):\n        if self._off:\n            return 0.0\n"
+        "        return torch.cuda.temperature()\n"
+    )
+    new, result = run(code)
+    assert new == code
+    assert reasons(result) == {("NPU101", 6): "its value guards CUDA code left"}
+
+
+def test_a_fix_inside_code_reported_for_a_human_to_rewrite_whole_is_held() -> None:
+    """Megatron-LM's training/utils.py: the capability read (NPU121) is the human's to rewrite;
+    renaming the call inside it and its device would only move the failure."""
+    code = 'import torch\nmajor = torch.cuda.get_device_properties(torch.device("cuda:0")).major\n'
+    new, result = run(code)
+    assert new == code
+    assert reasons(result) == {
+        ("NPU101", 2): "it is part of code reported whole",
+        ("NPU105", 2): "it is part of code reported whole",
+    }

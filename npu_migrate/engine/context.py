@@ -139,7 +139,7 @@ class FileContext:
             Site(span, m.code, m.candidate.rule.code, self._fixes(m), m.replacement is not None,
                  self._leaves_cuda(m), self._severe(m),
                  m.code.rsplit(".", 1)[-1] in m.candidate.rule.probes, m.candidate.attribute,
-                 m.candidate.rule.needs_npu_data, m.candidate.instance_of)
+                 m.candidate.rule.needs_npu_data, m.candidate.rule.rewritten_whole, m.candidate.instance_of)
             for m, span in zip(self.matches, spans, strict=True)
         ]  # fmt: skip
 

@@ -18,9 +18,13 @@ code is never worse than unmigrated code:
   which was dead and harmless before the migration. Every form of guard counts (`if`, `while`,
   `and`/`or`, `not`, a conditional expression, a loop's bound, an early exit, an `assert`, a
   test-skipping decorator), and a test is followed to the values it reads that ask about CUDA
-  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return). CUDA code that
+  (`has_gpu = torch.cuda.is_available()`, `self.use_cuda`, a helper's return) or that are bound
+  only where such a question said so (`if torch.cuda.is_available(): self._off = not enabled`,
+  then another method's `if self._off: return` before CUDA code left). CUDA code that
   runs only where a CUDA-only package imported (under `if FLASH_ATTN_3_AVAILABLE:`, set by the
   `try` that imports flash_attn_interface) does not count: no NPU host reaches it;
+* a fix inside an expression a rule reports for a human to rewrite whole (Rule.rewritten_whole:
+  `torch.cuda.get_device_properties(0).major`): renamed alone it would still fail there;
 * a value handed on by keyword to code that another file of the run keeps comparing with CUDA
   (a test's `torch.device("cuda", i)` cases given as `DDPStrategy(parallel_devices=...)`, while
   Lightning's connector keeps `strategy.parallel_devices[0].type == "cuda"`, since Lightning has
@@ -48,6 +52,7 @@ from npu_migrate.engine.reasons import (
     HANDED_TO_CUDA_TEST,
     OPERATOR_LIMIT_UNPROVEN,
     OWN_ATTRIBUTE,
+    PART_OF_A_REPORT,
     VALUE_GUARDS_CUDA,
 )
 from npu_migrate.model import Hold
@@ -69,6 +74,7 @@ class Site:
     probe: bool  # its value asks about CUDA, falsy without it (Rule.probes)
     attribute: str | None  # the attribute it reads, which the code may bind itself
     needs_npu_data: str | None = None  # why its fix works only on data on the NPU (Rule.needs_npu_data)
+    rewritten_whole: bool = False  # a human rewrites what it matched as a whole (Rule.rewritten_whole)
     instance_of: tuple[tuple[str, tuple[str, ...]], ...] = ()  # attributes that must hold these classes only
 
 
@@ -96,6 +102,8 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     fixes = [s.fixes and not own[i] and i not in held for i, s in enumerate(sites)]
     leaves = [s.leaves and not own[i] for i, s in enumerate(sites)]
     inside = _locator(sites)
+    for i, hold in _part_of_reports(sites, inside, fixes).items():
+        held[i], fixes[i] = hold, False
     placed = _handed_holds(sites, program, inside, fixes) | _device_holds(sites, program, inside, fixes)
     for i, hold in placed.items():
         held[i], fixes[i], leaves[i] = hold, False, sites[i].severe
@@ -103,6 +111,24 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     for i in compared:
         fixes[i], leaves[i] = False, sites[i].severe
     return held | compared | _guard_holds(sites, program, inside, fixes, leaves)
+
+
+def _part_of_reports(
+    sites: Sequence[Site], inside: Callable[[Span], list[int]], fixes: Sequence[bool]
+) -> dict[int, Hold]:
+    """Fixes strictly inside code that a rule leaves for a human to rewrite whole."""
+    held: dict[int, Hold] = {}
+    for j, report in enumerate(sites):
+        if not report.rewritten_whole:
+            continue
+        for i in inside(report.span):
+            if i != j and fixes[i] and report.span != sites[i].span and i not in held:
+                held[i] = Hold(
+                    PART_OF_A_REPORT,
+                    f"it is part of `{report.code.splitlines()[0]}` ({report.rule}), which a human rewrites "
+                    "whole: renamed alone, it would still fail there",
+                )
+    return held
 
 
 def _instance_unseen(site: Site, program: Program) -> str | None:
@@ -285,6 +311,18 @@ def _guard_holds(
     natives = sorted(program.native_calls, key=lambda c: c.span.start)
     native_starts = [c.span.start for c in natives]
     unreached = _behind_cuda_imports(program, inside, leaves)
+    asking = [(guard, [i for i in inside(guard.test) if sites[i].probe]) for guard in program.guards]
+    asking = [(guard, probes) for guard, probes in asking if probes]
+
+    def decided_by(span: Span) -> list[int]:
+        """The fixed probes of the guards that decide whether `span` runs (a value bound there)."""
+        return [
+            i
+            for guard, probes in asking
+            if any(g.holds(span) for g in guard.guarded)
+            for i in probes
+            if fixes[i]
+        ]
 
     def left_behind(guard: Guard) -> str | None:
         for span in guard.guarded:
@@ -303,6 +341,7 @@ def _guard_holds(
         found: list[int] = []
 
         def step(value: Value) -> bool:
+            found.extend(decided_by(value.span))  # bound only where a probe said so
             there = inside(value.span)
             if there and not value.question and not any(sites[i].probe for i in there):
                 return False  # data (`model.cuda()`), not a question: what reads it was not dead before

@@ -209,6 +209,12 @@ class Rule(Strict):
         description="Hold the fix back in files that mention one of these words, saying why (the "
         "fused optimizers reject the bf16 parameters a file that mentions bfloat16 may have).",
     )
+    rewritten_whole: bool = Field(
+        default=False,
+        description="A report about an expression that a human rewrites as a whole (a CUDA compute "
+        "capability read from device properties): the fixes of other rules inside it are held, since "
+        "renamed alone the expression would still fail where it did.",
+    )
     needs_npu_data: str | None = Field(
         default=None,
         description="The fixed code works only on data on the NPU, saying why (the fused "
@@ -249,6 +255,8 @@ class Rule(Strict):
             raise ValueError("only_with is for report-only rules: a fix must not depend on other findings")
         if self.hold_in_files_with and self.fix is None:
             raise ValueError("hold_in_files_with holds a fix back: this rule has none")
+        if self.rewritten_whole and self.fix is not None:
+            raise ValueError("rewritten_whole is for a report a human acts on: this rule has a fix")
         if self.needs_npu_data and self.fix is None:
             raise ValueError("needs_npu_data holds a fix back: this rule has none")
         fixing = [e for e in self.examples if e.before is not None]
