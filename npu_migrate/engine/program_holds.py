@@ -311,11 +311,12 @@ def _guard_holds(
     natives = sorted(program.native_calls, key=lambda c: c.span.start)
     native_starts = [c.span.start for c in natives]
     unreached = _behind_cuda_imports(program, inside, leaves)
-    asking = [(guard, [i for i in inside(guard.test) if sites[i].probe]) for guard in program.guards]
+    branching = [guard for guard in program.guards if guard.branches]
+    asking = [(guard, [i for i in inside(guard.test) if sites[i].probe]) for guard in branching]
     asking = [(guard, probes) for guard, probes in asking if probes]
 
     def decided_by(span: Span) -> list[int]:
-        """The fixed probes of the guards that decide whether `span` runs (a value bound there)."""
+        """The fixed probes of the `if`s whose branch holds `span` (a value bound there)."""
         return [
             i
             for guard, probes in asking

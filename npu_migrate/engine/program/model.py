@@ -57,6 +57,7 @@ class Guard:
     reads: frozenset[Key]  # the values the test reads
     conjunctive: bool  # one atom kept as it was keeps the whole test as it was (an atom, `not`, `and`)
     uses: frozenset[Key] = frozenset()  # the values the guarded code reads (if, while, for, x if t else y)
+    branches: bool = False  # an `if` or `x if t else y`: the test picks the branch, and what it binds
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ class _Reader(ast.NodeVisitor):
     # ------------------------------------------------------------------ guards
 
     def visit_If(self, node: ast.If) -> None:
-        self._guard(node.test, self._spans(node.body, node.orelse), node, [*node.body, *node.orelse])
+        self._guard(node.test, self._spans(node.body, node.orelse), node, [*node.body, *node.orelse], True)
         self._require(node.test, node.body)
         self.generic_visit(node)
 
@@ -295,7 +296,7 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
-        self._guard(node.test, self._spans([node.body], [node.orelse]), node, [node.body, node.orelse])
+        self._guard(node.test, self._spans([node.body], [node.orelse]), node, [node.body, node.orelse], True)
         self._require(node.test, [node.body])
         self.generic_visit(node)
 
@@ -314,14 +315,19 @@ class _Reader(ast.NodeVisitor):
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
     def _guard(
-        self, test: ast.expr, guarded: list[Span], where: ast.stmt | ast.expr, code: Sequence[ast.AST] = ()
+        self,
+        test: ast.expr,
+        guarded: list[Span],
+        where: ast.stmt | ast.expr,
+        code: Sequence[ast.AST] = (),
+        branches: bool = False,
     ) -> None:
         if not guarded:
             return
         uses = frozenset().union(*(self._reads(n) for n in code))  # type: ignore[arg-type]
         self.program.guards.append(
             Guard(self.columns.span(test), tuple(guarded), self._first_line(where), self._reads(test),
-                  _conjunctive(test), uses)
+                  _conjunctive(test), uses, branches)
         )  # fmt: skip
 
     def _require(self, test: ast.expr, body: Sequence[ast.stmt | ast.expr]) -> None:
