@@ -8,7 +8,9 @@ originals need CUDA and cannot run on the CPU, so the verdict is that the run fi
 losses whose last is below its first. Wan's attention is flash-attn's alone: `apply` reports it
 and the run stops at Wan's own `assert FLASH_ATTN_2_AVAILABLE`; `--unsafe` rewrites it. And a
 diffusers pipeline with CPU offload (benchmarks/stacks), as HunyuanVideo's `--use-cpu-offload`
-runs: its images must equal the CPU run's.
+runs: its images must equal the CPU run's; and sam2's image predictor as its README runs it, in
+a second environment with torchvision (NPU_MIGRATE_TORCHVISION_PYTHON; skipped without it): its
+masks must equal the CPU run's.
 
     python benchmarks/real_stacks.py
 
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sources import ACCELERATE, DIFFUSERS, MEGATRON_LM, WAN_2_1, checkout, fetch
+from tests.sources import ACCELERATE, DIFFUSERS, MEGATRON_LM, SAM2_PACKAGE, WAN_2_1, checkout, fetch
 
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2"]
 PRETRAIN_GPT = (
@@ -47,6 +49,11 @@ ENVIRONMENT = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 LOSS = re.compile(r"iteration\s+\d+/\s*\d+ .*?lm loss: ([-\d.E+]+)")
 FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 STACKS = Path(__file__).with_name("stacks")  # the users' scripts, in CUDA form
+VISION_MISSING = (
+    "sam2 needs torchvision, whose wheels do not load beside the CPU torch: set "
+    "NPU_MIGRATE_TORCHVISION_PYTHON to an environment's python with torch==2.14.1 "
+    "torchvision==0.29.1 hydra-core iopath"
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class Stack:
     values: re.Pattern[str]  # the figures it prints (losses, or a difference to a reference)
     passed: Callable[[list[float], str], bool]  # (those figures, stdout) -> the verdict
     needs_unsafe: str = ""  # why `apply` alone cannot run it (the run must then stop)
+    missing: str = ""  # why it cannot run here at all (printed as SKIP)
 
 
 def trains(values: list[float], _: str) -> bool:
@@ -70,6 +78,11 @@ def trains(values: list[float], _: str) -> bool:
 def matches_on_the_npu(values: list[float], said: str) -> bool:
     """Offloaded to the NPU, and the same images as the CPU run."""
     return "offloaded to npu" in said and len(values) == 1 and values[0] <= 1e-5
+
+
+def same_masks(values: list[float], _: str) -> bool:
+    """Every mask pixel as in the CPU run."""
+    return values == [1.0]
 
 
 def run_migrated(stack: Stack, unsafe: bool, work: Path) -> dict[str, object]:
@@ -108,6 +121,11 @@ def stacks(work: Path) -> list[Stack]:
     shutil.copy(STACKS / "diffusers_offload.py", offload)
     diffusers = str(fetch(DIFFUSERS).parent)
     accelerate = str(fetch(ACCELERATE) / "src")
+    sam2 = work / "sam2"
+    shutil.copytree(checkout(SAM2_PACKAGE), sam2)
+    shutil.copy(STACKS / "sam2_predict.py", sam2)
+    vision = Path(os.environ.get("NPU_MIGRATE_TORCHVISION_PYTHON", "/nonexistent"))
+    beside = os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
     pretrain = [*TORCHRUN, "pretrain_gpt.py", *PRETRAIN_GPT]
     return [
         Stack("Megatron-LM core_v0.12.1 pretrain_gpt.py", megatron, pretrain, ENVIRONMENT, LOSS, trains),
@@ -116,6 +134,10 @@ def stacks(work: Path) -> list[Stack]:
         Stack("diffusers 0.31 DDPM pipeline, CPU offload", offload, ["python", "diffusers_offload.py"],
               {"PYTHONPATH": os.pathsep.join([diffusers, accelerate])},
               re.compile(r"max difference to the CPU run: ([-\d.e+]+)"), matches_on_the_npu),
+        Stack("sam2 image predictor, random weights", sam2, [str(vision), "sam2_predict.py"],
+              {"PYTHONPATH": beside, "PATH": f"{vision.parent}{os.pathsep}{os.environ['PATH']}"},
+              re.compile(r"mask agreement with the CPU run: ([\d.]+)"), same_masks,
+              missing="" if vision.is_file() else VISION_MISSING),
     ]  # fmt: skip
 
 
@@ -123,6 +145,9 @@ def main() -> int:
     print(f"{'run':58} {'rc':>3} {'losses, or difference to the CPU':>44} {'s':>6}  verdict")
     with tempfile.TemporaryDirectory(prefix="npu-migrate-stack-") as folder:
         for stack in stacks(Path(folder)):
+            if stack.missing:
+                print(f"{stack.name:58} {'':>3} {'':>44} {'':>6}  SKIP {stack.missing}", flush=True)
+                continue
             for unsafe in (False, True):
                 row = run_migrated(stack, unsafe, Path(folder))
                 name = f"{stack.name}, apply{' --unsafe' if unsafe else ''}"

@@ -110,6 +110,9 @@ HUNYUAN_VIDEO = Snapshot(  # the video stacks' blockers census (benchmarks/stack
 SAM2 = Snapshot(  # its whole archive misses a blob in the mirror: the code's folders only
     "facebookresearch/sam2", "2b90b9f5ceec907a1c18123530e92e794ad901a4", ("sam2", "demo", "training", "tools")
 )
+SAM2_PACKAGE = Snapshot(  # its package alone, for its image predictor (benchmarks/real_stacks.py)
+    "facebookresearch/sam2", "2b90b9f5ceec907a1c18123530e92e794ad901a4", ("sam2",)
+)
 FLUX = Snapshot("black-forest-labs/flux", "802fb4713906133fcbd0d8dc5351620ca4773036", ("src", "demo_gr.py"))
 LTX_VIDEO = Snapshot(
     "Lightricks/LTX-Video", "5260738e171955b66c0827f9af7e84d68fd1d919", ("ltx_video", "inference.py", "tests")

@@ -68,7 +68,9 @@ class StringContext(Strict):
         'one of this rule\'s `argument` places expects it (`arg = "cuda:0"` ... '
         "`return torch.device(arg)`): the literal's use is visible in the function. And a literal "
         "a function returns where the file's calls of that function put the result in one of "
-        "this rule's `assign` or keyword places (`device = get_device()`, `f(device=pick())`).",
+        "this rule's `assign` or keyword places (`device = get_device()`, `f(device=pick())`); and "
+        "a literal passed to a parameter of a function the file defines, named as this rule's "
+        '`param` places name them (`predict("cuda")` for `def predict(device):`).',
     )
     anywhere: Literal[True] | None = Field(
         default=None,
@@ -125,6 +127,7 @@ class StringMatcher(Matcher):
         self.read_flows: set[cst.FunctionDef] = set()
         self.flow_rules = [s for s in kind.strings if any(w.flows for w in s.where)]
         self.returned_to: dict[str, list[StringRule]] = {}  # function name -> rules its calls' places have
+        self.parameters: dict[str, list[str] | None] = {}  # a function the file defines -> its parameters
 
     def _flows_of(self, function: cst.FunctionDef, name: str, value: cst.BaseExpression) -> list[StringRule]:
         if not self._spells_a_flow(value):
@@ -186,6 +189,27 @@ class StringMatcher(Matcher):
                         self.messages.setdefault(string, set()).add(string_rule.rule.code)
             for value in self._at_argument_places(string_rule, node, qualified, method):
                 self._mark(string_rule, value)
+        if self.flow_rules and qualified is None and isinstance(node.func, cst.Name):
+            self._mark_passed(node, node.func.value)
+
+    def _mark_passed(self, call: cst.Call, function: str) -> None:
+        """A literal passed to a parameter of a function the file defines (`predict("cuda")` for
+        `def predict(device):`): the parameter's name says its use, as a default's would."""
+        args = enumerate(call.args)
+        passed = [(i, arg) for i, arg in args if not arg.star and self._spells_a_flow(arg.value)]
+        if not passed:
+            return
+        if function not in self.parameters:
+            tree = self.ctx.tree_of()
+            self.parameters[function] = _parameters(tree, function) if tree is not None else None
+        names = self.parameters[function]
+        if names is None:
+            return
+        for i, arg in passed:
+            name = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+            for string_rule in self.flow_rules:
+                if name and any(w.param is not None and _glob(name, w.param) for w in string_rule.where):
+                    self._mark(string_rule, arg.value)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
@@ -350,6 +374,16 @@ def _uses_of_calls(tree: ast.Module, function: str) -> list[tuple[str, str]]:
         elif isinstance(node, ast.Call):
             uses += [("keyword", k.arg) for k in node.keywords if k.arg is not None and calls(k.value)]
     return uses
+
+
+def _parameters(tree: ast.Module, function: str) -> list[str] | None:
+    """The positional parameters of the function the module defines at its top level by that
+    name (then keyword-only ones, which only a keyword reaches); None where it defines none."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
+            args = node.args
+            return [a.arg for a in [*args.posonlyargs, *args.args]]
+    return None
 
 
 def _target_name(target: ast.expr) -> str | None:
