@@ -266,7 +266,8 @@ def test_a_value_bound_only_where_cuda_was_found_is_a_question_too() -> None:
     the probe would turn it on on an NPU host, and the sensors it reads have no NPU twin."""
     code = (
         "import torch\n\nclass StragglerDetector:\n    def configure(self, enabled):\n"
-        "        self._off = True\n        if torch.cuda.is_available():\n            self._off = not enabled\n\n"
+        "        self._off = True\n        if torch.cuda.is_available():\n"
+        "            self._off = not enabled\n\n"
         "    def elapsed(self):\n        if self._off:\n            return 0.0\n"
         "        return torch.cuda.temperature()\n"
     )
