@@ -338,6 +338,45 @@ def _recomputations() -> list[tuple[object, str, object]]:
     return found
 
 
+_SAVED = "_npu_migrate_saved"  # the NPU index of each tensor a custom Function saved, on its context
+
+
+def _custom_function_backward() -> list[tuple[object, str, object]]:
+    """A custom autograd Function's backward gets new tensors from autograd (its saved outputs
+    unpacked, the incoming gradients the engine made where no mode sees them), all on the backing
+    device: a backward that checks `x.device` (a fused kernel's guard) would take its host path,
+    where on an NPU they are NPU tensors. The context keeps each saved tensor's NPU index; the
+    backward's saved tensors and gradients get it back."""
+    from torch.autograd.function import BackwardCFunction, FunctionCtx
+
+    save_for_backward = FunctionCtx.save_for_backward
+    apply = BackwardCFunction.apply
+    unpack = torch._C._FunctionBase.saved_tensors.__get__  # type: ignore[attr-defined]
+
+    def saving(self: Any, *saved: Any) -> None:
+        save_for_backward(self, *saved)
+        setattr(self, _SAVED, [tensors.index(tensor) for tensor in saved])
+
+    def saved_tensors(self: Any) -> tuple:
+        saved = unpack(self)
+        for tensor, device in zip(saved, getattr(self, _SAVED, ()), strict=False):
+            if device is not None:
+                tensors.tag(tensor, device)
+        return saved
+
+    def applying(self: Any, *grads: Any) -> Any:
+        device = next((found for found in getattr(self, _SAVED, ()) if found is not None), None)
+        if device is not None:
+            tensors.tag([grad for grad in grads if tensors.index(grad) is None], device)
+        return apply(self, *grads)
+
+    return [
+        (FunctionCtx, "save_for_backward", saving),
+        (BackwardCFunction, "saved_tensors", property(saved_tensors)),
+        (BackwardCFunction, "apply", applying),
+    ]
+
+
 def install(backing: str | None = None) -> torch.device:
     """Make "npu" usable in this process; idempotent. Returns the backing device."""
     global _installed
@@ -363,6 +402,7 @@ def install(backing: str | None = None) -> torch.device:
         (torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream)),
         *_recomputations(),
         *_engine_runs(),
+        *_custom_function_backward(),
         (torch, "Generator", _Generator),
     ]
     for owner, name, value in patches:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "_npu_matmul_add_fp32",
     "fast_gelu",
     "npu_fast_gelu",
     "npu_fusion_attention",
@@ -25,6 +26,7 @@ __all__ = [
     "npu_rms_norm",
     "npu_rotary_mul",
     "npu_scaled_masked_softmax",
+    "npu_scaled_masked_softmax_backward",
     "npu_swiglu",
 ]
 
@@ -107,6 +109,30 @@ def npu_geglu(self: Tensor, dim: int = -1, approximate: int = 1) -> tuple[Tensor
 _MASKED_FILL = -10000.0  # what a masked logit becomes before the softmax, as in Megatron's kernels
 
 
+def _check_softmax_operands(op: str, x: Tensor, mask: Tensor) -> None:
+    """The limits npu_scaled_masked_softmax and its backward share (torch_npu's op docs)."""
+    _check_dtype(op, "x", x)
+    _check_dtype(op, "mask", mask, (torch.bool,))
+    _check_rank(op, "x", x, 2, 4)
+    for axis, size in zip("HW", x.shape[-2:], strict=True):
+        if not (32 <= size <= 4096 and size % 32 == 0):
+            raise ValueError(
+                f"{op}: x's {axis} axis must be a multiple of 32 from 32 to 4096; got {tuple(x.shape)}"
+            )
+    try:
+        torch.broadcast_shapes(mask.shape, x.shape)
+    except RuntimeError:
+        raise ValueError(f"{op}: mask {tuple(mask.shape)} does not broadcast to x {tuple(x.shape)}") from None
+
+
+def _softmax_mask(x: Tensor, mask: Tensor, fixed_triu_mask: bool) -> Tensor:
+    """The positions masked: `mask`'s True, or the upper triangle above the diagonal the operator makes."""
+    if not fixed_triu_mask:
+        return mask
+    rows, cols = x.shape[-2:]
+    return torch.ones(rows, cols, dtype=torch.bool, device=x.device).triu(1)
+
+
 def npu_scaled_masked_softmax(
     x: Tensor, mask: Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
 ) -> Tensor:
@@ -119,24 +145,51 @@ def npu_scaled_masked_softmax(
     a masked logit becomes -10000 (the fill of the Megatron kernels it replaces), so a fully masked row is
     uniform, not NaN.
     """
-    op = "npu_scaled_masked_softmax"
-    _check_dtype(op, "x", x)
-    _check_dtype(op, "mask", mask, (torch.bool,))
-    _check_rank(op, "x", x, 2, 4)
-    for axis, size in zip("HW", x.shape[-2:], strict=True):
-        if not (32 <= size <= 4096 and size % 32 == 0):
-            raise ValueError(
-                f"{op}: x's {axis} axis must be a multiple of 32 from 32 to 4096; got {tuple(x.shape)}"
-            )
-    if fixed_triu_mask:
-        rows, cols = x.shape[-2:]
-        mask = torch.ones(rows, cols, dtype=torch.bool, device=x.device).triu(1)
-    try:
-        torch.broadcast_shapes(mask.shape, x.shape)
-    except RuntimeError:
-        raise ValueError(f"{op}: mask {tuple(mask.shape)} does not broadcast to x {tuple(x.shape)}") from None
-    logits = (x.float() * scale).masked_fill(mask, _MASKED_FILL)
+    _check_softmax_operands("npu_scaled_masked_softmax", x, mask)
+    masked = _softmax_mask(x, mask, fixed_triu_mask)
+    logits = (x.float() * scale).masked_fill(masked, _MASKED_FILL)
     return torch.softmax(logits, dim=-1).to(x.dtype)
+
+
+def npu_scaled_masked_softmax_backward(
+    y_grad: Tensor, y: Tensor, mask: Tensor, scale: float, fixed_triu_mask: bool
+) -> Tensor:
+    """Emulates ``torch_npu.npu_scaled_masked_softmax_backward``: the gradient of the forward's input,
+    ``scale * y * (y_grad - sum(y_grad * y))`` over the last axis, 0 where the mask masks.
+
+    Limits: the forward's, on ``y``; ``y_grad`` has y's shape and dtype. The result has y_grad's dtype.
+    """
+    op = "npu_scaled_masked_softmax_backward"
+    _check_softmax_operands(op, y, mask)
+    if y_grad.shape != y.shape or y_grad.dtype != y.dtype:
+        raise ValueError(
+            f"{op}: y_grad must have y's shape and dtype; got {tuple(y_grad.shape)} {y_grad.dtype} "
+            f"for y {tuple(y.shape)} {y.dtype}"
+        )
+    grad, probs = y_grad.float(), y.float()
+    x_grad = probs * (grad - (grad * probs).sum(dim=-1, keepdim=True)) * scale
+    return x_grad.masked_fill(_softmax_mask(y, mask, fixed_triu_mask), 0.0).to(y_grad.dtype)
+
+
+def _npu_matmul_add_fp32(x: Tensor, weight: Tensor, C: Tensor) -> None:
+    """Emulates ``torch_npu._npu_matmul_add_fp32`` (an ATB operator, Ascend's NNAL package):
+    ``C += x.T @ weight`` in place, the product accumulated in float32 (the weight-gradient
+    accumulation Megatron fuses: x is the output gradient, weight the layer's input).
+
+    Limits (MindSpeed's and vllm-ascend's use; the operator has no torch_npu docs): x and weight 2-D,
+    float16 or bfloat16 alike, with as many rows; C float32 of shape (x columns, weight columns).
+    """
+    op = "_npu_matmul_add_fp32"
+    for name, tensor in (("x", x), ("weight", weight)):
+        _check_dtype(op, name, tensor, (torch.float16, torch.bfloat16))
+        _check_rank(op, name, tensor, 2, 2)
+    _check_dtype(op, "C", C, (torch.float32,))
+    if x.dtype != weight.dtype or x.shape[0] != weight.shape[0] or C.shape != (x.shape[1], weight.shape[1]):
+        raise ValueError(
+            f"{op}: expects x (m, k) and weight (m, n) of one dtype and C (k, n); got x {tuple(x.shape)} "
+            f"{x.dtype}, weight {tuple(weight.shape)} {weight.dtype}, C {tuple(C.shape)}"
+        )
+    C.add_(x.float().t() @ weight.float())
 
 
 def npu_rms_norm(self: Tensor, gamma: Tensor, epsilon: float = 1e-06) -> tuple[Tensor, Tensor]:

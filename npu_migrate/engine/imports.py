@@ -6,6 +6,7 @@ imported), and the imports a fix leaves unused."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -396,7 +397,15 @@ class _DropImports(cst.CSTTransformer):
     def leave_IndentedBlock(
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
     ) -> cst.IndentedBlock:
-        return updated if updated.body else updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        if not updated.body:
+            return updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        first = updated.body[0]
+        unchanged = len(updated.body) == len(original.body) or original.body[0].deep_equals(first)
+        if unchanged or not isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            return updated
+        # the block's first statement went: the blank line that followed it no longer separates anything
+        kept = list(itertools.dropwhile(lambda line: line.comment is None, first.leading_lines))
+        return updated.with_changes(body=[first.with_changes(leading_lines=kept), *updated.body[1:]])
 
 
 def drop_unused_imports(

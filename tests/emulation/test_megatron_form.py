@@ -74,14 +74,122 @@ def test_a_training_loop_on_the_real_megatron_core_trains_on_two_tensor_parallel
     assert all(math.isfinite(x) for x in losses[0]) and losses[0][-1] < losses[0][0], losses
 
 
+def test_the_real_megatron_core_trains_with_its_fusions_on_after_apply_unsafe(tmp_path: Path) -> None:
+    """megatron-core 0.12.1 with masked-softmax and gradient-accumulation fusion on (Megatron's
+    training defaults; CUDA kernels in the original, ModuleNotFoundError after a safe apply),
+    migrated with `--unsafe`, on two tensor-parallel ranks: its softmax runs on
+    npu_scaled_masked_softmax and its weight gradients on _npu_matmul_add_fp32, the RNG tracker
+    and recomputation hold as without them, and the loss falls alike on both ranks."""
+    source = tmp_path / "src"
+    shutil.copytree(fetch(MEGATRON_CORE), source / "megatron")
+    shutil.copy(SOURCE / "mcore_train_loop.py", source)
+    migrated = tmp_path / "migrated"
+    run_cli("apply", source, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    assert "npu_fused_softmax(" in (migrated / "megatron/core/fusions/fused_softmax.py").read_text()
+    ran = run_cli(
+        "run", "--emulate", "torchrun", "--nproc_per_node=2", "mcore_train_loop.py", "--fusions", cwd=migrated
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: recomputed gradients equal: True" in ran.stdout, ran.stdout
+        assert f"rank {rank}: default draws agree across ranks: True" in ran.stdout, ran.stdout
+    losses = [float(x) for x in re.findall(r"rank 0 step \d+ loss ([-\d.e+]+)", ran.stdout)]
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+
+
+def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Path) -> None:
+    """`apply --unsafe` puts Megatron's fused-softmax autograd functions and its gradient-
+    accumulation GEMM on torch_npu's operators, and their CUDA modules' imports go (so Megatron's
+    "is the fusion available" checks hold). Under `run --emulate`, forward and backward agree with
+    Megatron's unfused softmax; the NPU kernels run where their shape limits hold (counted by the
+    check), and the helper's torch path takes a shape they refuse (the emulated operator would
+    raise there); the weight gradient lands in `main_grad`."""
+    migrated = tmp_path / "migrated"
+    run_cli("apply", SOURCE, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    for name in ("fused_softmax.py", "layers.py"):
+        left = re.findall(r"^\s*import \w+_cuda|\w+_cuda\.\w+", (migrated / "core" / name).read_text(), re.M)
+        assert not left, (name, left)
+    (migrated / "check_fused.py").write_text(FUSED_KERNELS)
+    ran = run_cli("run", "--emulate", "check_fused.py", cwd=migrated)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.split() == [
+        "(2,4,64,64):", "kernel", "forward", "1", "backward", "1",
+        "(2,4,20,20):", "kernel", "forward", "0", "backward", "0",
+        "causal:", "kernel", "forward", "1", "backward", "1",
+        "main_grad:", "kernel", "1", "ok",
+    ], ran.stdout  # fmt: skip
+
+
+FUSED_KERNELS = r"""
+import torch
+import torch_npu
+
+from core.fused_softmax import ScaledMaskedSoftmax, ScaledUpperTriangMaskedSoftmax, is_kernel_available
+from core.layers import ColumnParallelLinear, accumulate_weight_grad
+
+calls = {}
+for name in ("npu_scaled_masked_softmax", "npu_scaled_masked_softmax_backward", "_npu_matmul_add_fp32"):
+    def counted(*args, _name=name, _op=getattr(torch_npu, name)):
+        calls[_name] = calls.get(_name, 0) + 1
+        return _op(*args)
+    setattr(torch_npu, name, counted)
+
+
+def unfused(x, mask, scale):
+    return torch.softmax((x.float() * scale).masked_fill(mask, -10000.0), dim=-1).to(x.dtype)
+
+
+def check(label, fused, reference, x):
+    calls.clear()
+    x = x.detach().requires_grad_()
+    plain = x.detach().clone().requires_grad_()
+    out, want = fused(x), reference(plain)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want.backward(grad)
+    assert x.device.type == "npu" and x.grad.device.type == "npu"
+    torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(x.grad.float(), plain.grad.float(), atol=2e-2, rtol=2e-2)
+    forward = calls.get("npu_scaled_masked_softmax", 0)
+    backward = calls.get("npu_scaled_masked_softmax_backward", 0)
+    print(f"{label}: kernel forward {forward} backward {backward}")
+
+
+torch.manual_seed(0)
+assert is_kernel_available(None, 2, 4, 64, 64)
+for shape in [(2, 4, 64, 64), (2, 4, 20, 20)]:
+    x = torch.randn(shape, device="npu", dtype=torch.bfloat16)
+    mask = torch.rand(shape[0], 1, *shape[2:], device="npu") > 0.7
+    fused = lambda t: ScaledMaskedSoftmax.apply(t, mask, 0.125)
+    check(str(shape).replace(" ", ""), fused, lambda t: unfused(t, mask, 0.125), x)
+causal = torch.ones(64, 64, dtype=torch.bool, device="npu").triu(1)
+x = torch.randn(8, 64, 64, device="npu", dtype=torch.bfloat16)
+check("causal", lambda t: ScaledUpperTriangMaskedSoftmax.apply(t, 0.5), lambda t: unfused(t, causal, 0.5), x)
+
+calls.clear()
+layer = ColumnParallelLinear(16, 8, gradient_accumulation_fusion=True)
+layer.weight.main_grad = torch.ones(8, 16, device="npu")
+total_input = torch.randn(32, 16, device="npu", dtype=torch.bfloat16)
+grad_output = torch.randn(32, 8, device="npu", dtype=torch.bfloat16)
+accumulate_weight_grad(total_input, grad_output, layer.weight)
+want = 1 + grad_output.float().t() @ total_input.float()
+torch.testing.assert_close(layer.weight.main_grad, want)
+print(f"main_grad: kernel {calls.get('_npu_matmul_add_fp32', 0)} ok")
+"""
+
+
 def test_every_cuda_extension_and_transformer_engine_use_is_reported_at_its_line() -> None:
     scanned = run_cli("scan", "src", "--format", "json", cwd=SOURCE.parent)
     found = {(Path(f["file"]).name, f["line"], f["code"]) for f in json.loads(scanned.stdout)["findings"]}
     for expected in [
-        ("fused_softmax.py", 9, "NPU846"),  # import scaled_masked_softmax_cuda, inside forward
-        ("fused_softmax.py", 12, "NPU846"),  # its call
+        ("fused_softmax.py", 33, "NPU846"),  # import scaled_masked_softmax_cuda, inside forward
+        ("fused_softmax.py", 36, "NPU962"),  # its call, an NPU kernel with --unsafe
+        ("fused_softmax.py", 15, "NPU963"),  # the causal kernel
+        ("fused_softmax.py", 45, "NPU965"),  # a backward
+        ("fused_softmax.py", 55, "NPU966"),  # the launch query
         ("layers.py", 6, "NPU847"),  # import fused_weight_gradient_mlp_cuda in a try
-        ("layers.py", 28, "NPU847"),
+        ("layers.py", 30, "NPU967"),
+        ("layers.py", 32, "NPU967"),
         ("optimizer.py", 7, "NPU848"),  # import amp_C
         ("optimizer.py", 10, "NPU848"),
         ("parallel_state.py", 8, "NPU204"),  # ProcessGroupNCCL.Options()
