@@ -372,6 +372,39 @@ def test_checkpoint_recomputes_on_the_npu_as_its_forward_ran(tmp_path: Path) -> 
     assert "nested npu:0" in out
 
 
+CUSTOM_FUNCTION = """
+import torch
+import torch_npu
+
+
+class Scaled(torch.autograd.Function):  # a fused kernel's autograd function, as Megatron writes them
+    @staticmethod
+    def forward(ctx, x, scale):
+        y = x * scale
+        ctx.save_for_backward(y, torch.tensor([scale]))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        y, scale_t = ctx.saved_tensors
+        print("saved", y.device, "grad", grad.device, "host", scale_t.device)
+        return grad * scale_t.item(), None
+
+
+x = torch.randn(3, device="npu", requires_grad=True)
+Scaled.apply(x, 2.0).sum().backward()
+print("x.grad", x.grad.device, x.grad.tolist() == [2.0, 2.0, 2.0])
+"""
+
+
+def test_a_custom_functions_backward_sees_its_tensors_on_the_npu(tmp_path: Path) -> None:
+    """autograd hands a custom Function's backward new tensors (its saved output unpacked, the
+    engine's gradients): on an NPU they are NPU tensors, so a guard there (`x.device.type ==
+    "npu"`) takes the fused kernel; a host tensor it saved stays on the host."""
+    out = emulated(tmp_path, "custom_function.py", CUSTOM_FUNCTION)
+    assert "saved npu:0 grad npu:0 host cpu" in out and "x.grad npu:0 True" in out, out
+
+
 AMP_TRAINING = """\
 import torch
 from torch.amp import GradScaler
