@@ -13,6 +13,13 @@ from functools import cached_property
 from pathlib import Path
 
 _SIGNATURE = re.compile(r"^torch_npu\.\s*(\w+)\((.*)\)\s*->", re.MULTILINE)
+_SCHEMA = re.compile(r"^\s*(?:- )?func: (\w+)\((.*)\)\s*->", re.MULTILINE)  # the registered aten schemas
+_ATB = re.compile(r"^TORCH_NPU_API \S+ (\w+)\((.*)\);", re.MULTILINE)  # the ATB operators' C++ declarations
+_SOURCES = (  # where each form is read, documented first
+    ("_op_plugin_docs.py", _SIGNATURE),
+    ("csrc/aten/npu_native_functions_by_codegen.yaml", _SCHEMA),
+    ("include/third_party/op-plugin/op_plugin/include/AtbOpsInterface.h", _ATB),
+)
 
 
 OPAQUE = ast.Pass()  # exists, but what is inside is not readable from the sources
@@ -46,7 +53,7 @@ def _parse_parameters(text: str) -> tuple[tuple[str, ...], dict[str, str]]:
         if not piece or piece == "*":
             continue
         declaration, _, default = piece.partition("=")
-        name = declaration.split()[-1]
+        name = re.findall(r"\w+", declaration)[-1]  # 'Tensor? mask', 'const at::Tensor&x
         names.append(name)
         if default:
             defaults[name] = default.strip()
@@ -61,12 +68,14 @@ class TorchNpuReference:
 
     @cached_property
     def ops(self) -> dict[str, OpSignature]:
-        """Every operator documented in _op_plugin_docs.py, by name."""
-        text = (self.root / "_op_plugin_docs.py").read_text(encoding="utf-8")
+        """Every operator documented in _op_plugin_docs.py, registered without docs (a kernel's
+        backward) or declared among the ATB operators torch_npu exposes, by name."""
         found: dict[str, OpSignature] = {}
-        for name, parameters in _SIGNATURE.findall(text):
-            names, defaults = _parse_parameters(parameters)
-            found.setdefault(name, OpSignature(name, names, defaults))
+        for source, pattern in _SOURCES:
+            text = (self.root / source).read_text(encoding="utf-8")
+            for name, parameters in pattern.findall(text):
+                names, defaults = _parse_parameters(parameters)
+                found.setdefault(name, OpSignature(name, names, defaults))
         return found
 
     def _module_file(self, parts: list[str]) -> Path | None:
