@@ -13,8 +13,9 @@ from functools import cached_property
 from pathlib import Path
 
 _SIGNATURE = re.compile(r"^torch_npu\.\s*(\w+)\((.*)\)\s*->", re.MULTILINE)
-_SCHEMA = re.compile(r"^\s*(?:- )?func: (\w+)\((.*)\)\s*->", re.MULTILINE)  # the registered aten schemas
-_ATB = re.compile(r"^TORCH_NPU_API \S+ (\w+)\((.*)\);", re.MULTILINE)  # the ATB operators' C++ declarations
+# the registered aten schemas, and the ATB operators' C++ declarations
+_SCHEMA = re.compile(r"^[ \t]*(?:- )?func: (\w+)\(([^\n]*)\)[ \t]*->", re.MULTILINE)
+_ATB = re.compile(r"^TORCH_NPU_API [^\s(]+ (\w+)\(([^\n]*)\);", re.MULTILINE)
 _SOURCES = (  # where each form is read, documented first
     ("_op_plugin_docs.py", _SIGNATURE),
     ("csrc/aten/npu_native_functions_by_codegen.yaml", _SCHEMA),

@@ -92,7 +92,7 @@ def test_a_selector_that_names_no_rule_is_refused_not_a_green_gate(tmp_path: Pat
         (
             "--select",
             "NPU999",
-        ): "--select: NPU999 is no rule's code nor the start of one; did you mean NPU959?",
+        ): "--select: NPU999 is no rule's code nor the start of one; did you mean NPU969?",
         (
             "--select",
             "NPU1O1",
