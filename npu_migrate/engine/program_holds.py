@@ -118,11 +118,11 @@ def _part_of_reports(
 ) -> dict[int, Hold]:
     """Fixes strictly inside code that a rule leaves for a human to rewrite whole."""
     held: dict[int, Hold] = {}
-    for j, report in enumerate(sites):
+    for report in sites:
         if not report.rewritten_whole:
             continue
         for i in inside(report.span):
-            if i != j and fixes[i] and report.span != sites[i].span and i not in held:
+            if fixes[i] and report.span != sites[i].span and i not in held:
                 held[i] = Hold(
                     PART_OF_A_REPORT,
                     f"it is part of `{report.code.splitlines()[0]}` ({report.rule}), which a human rewrites "
