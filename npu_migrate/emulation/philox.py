@@ -26,20 +26,29 @@ class PhiloxStates:
     def __init__(self, generator: torch.Generator) -> None:
         self._generator = generator
         self._states: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
+        self._keys: dict[bytes, tuple[int, int]] = {}  # each kept state's bytes -> its key
         self._current: tuple[int, int] | None = None
-        self._next_offset = 0
+        self._next_offset = 4  # offset 0 is a freshly seeded generator's, as on the NPU
 
     def get_state(self) -> torch.Tensor:
-        """The current state's 16 bytes; a state not handed out before gets a new offset, past
-        every offset seen, a multiple of 4 as the NPU keeps them."""
+        """The current state's 16 bytes: a freshly seeded generator's offset is 0 (every
+        `manual_seed(s)` then hands out the same bytes, as the NPU does: Megatron's tracker test
+        compares them), a state handed out before keeps its bytes, and any other gets a new
+        offset, past every offset seen, a multiple of 4 as the NPU keeps them."""
         now = self._generator.get_state()
         key = self._current
         if key is None or key[0] != self._generator.initial_seed() or not torch.equal(self._states[key], now):
-            key = (self._generator.initial_seed(), self._next_offset)
-            self._keep(key, now)
+            key = self._keys.get(now.numpy().tobytes()) or self._new_key(now)
         self._states.move_to_end(key)
         self._current = key
         return _packed(*key)
+
+    def _new_key(self, now: torch.Tensor) -> tuple[int, int]:
+        seed = self._generator.initial_seed()
+        fresh = torch.equal(torch.Generator().manual_seed(seed).get_state(), now)
+        key = (seed, 0 if fresh else self._next_offset)
+        self._keep(key, now)
+        return key
 
     def set_state(self, new_state: torch.Tensor) -> None:
         """torch_npu's checks, then the state handed out for these 16 bytes, or the offset's own."""
@@ -58,9 +67,11 @@ class PhiloxStates:
 
     def _keep(self, key: tuple[int, int], state: torch.Tensor) -> None:
         self._states[key] = state
+        self._keys[state.numpy().tobytes()] = key
         self._next_offset = max(self._next_offset, key[1] + 4 - key[1] % 4)
         while len(self._states) > _KEPT:
-            self._states.popitem(last=False)
+            _, dropped = self._states.popitem(last=False)
+            self._keys.pop(dropped.numpy().tobytes(), None)
 
 
 def _packed(seed: int, offset: int) -> torch.Tensor:
@@ -73,5 +84,6 @@ def _unpacked(state: torch.Tensor) -> tuple[int, int]:
 
 
 def _offsets_own_state(seed: int, offset: int) -> torch.Tensor:
-    mixed = (seed * _GOLDEN + offset) % 2**64
+    """Offset 0 is the seed's own start (what `manual_seed(seed)` leaves); others mix the two."""
+    mixed = (seed * _GOLDEN + offset) % 2**64 if offset else seed
     return torch.Generator().manual_seed(mixed).get_state()
