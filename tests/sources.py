@@ -96,6 +96,11 @@ MEGATRON_CORE = Release(  # Megatron-LM's core at the release Ascend's MindSpeed
 MEGATRON_LM = Snapshot(  # the same release's training entry points (benchmarks/real_stacks.py)
     "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("megatron", "pretrain_gpt.py")
 )
+MEGATRON_LM_TESTS = Snapshot(  # the same release's own unit tests (benchmarks/real_stacks.py)
+    "NVIDIA/Megatron-LM",
+    "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17",
+    ("megatron", "tests/__init__.py", "tests/unit_tests"),
+)
 MEGATRON_LM_EXAMPLES = Snapshot(  # its launch scripts (benchmarks/stack_blockers.py)
     "NVIDIA/Megatron-LM", "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ("examples",)
 )
