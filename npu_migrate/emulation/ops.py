@@ -10,8 +10,10 @@ in float32 and returns the input dtype. Gradients flow through ordinary torch op
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,9 @@ __all__ = [
     "npu_fast_gelu",
     "npu_fusion_attention",
     "npu_geglu",
+    "npu_grouped_matmul",
+    "npu_grouped_matmul_add",
+    "npu_grouped_matmul_add_",
     "npu_rms_norm",
     "npu_rotary_mul",
     "npu_scaled_masked_softmax",
@@ -190,6 +195,211 @@ def _npu_matmul_add_fp32(x: Tensor, weight: Tensor, C: Tensor) -> None:
             f"{x.dtype}, weight {tuple(weight.shape)} {weight.dtype}, C {tuple(C.shape)}"
         )
     C.add_(x.float().t() @ weight.float())
+
+
+class _NoDerivative(torch.autograd.Function):
+    """What autograd does with an operator that registers no derivative (torch's fallback for
+    one, in its default "warn" mode): the backward warns and hands back no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, op: str, output: Tensor, *inputs: Tensor) -> Tensor:
+        ctx.op = op
+        return output.clone()
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]:
+        warnings.warn(
+            f"npu::{ctx.op}: an autograd kernel was not registered to the Autograd key(s) but we are "
+            "trying to backprop through it. This may lead to silently incorrect behavior.",
+            UserWarning,
+            stacklevel=2,
+        )
+        return (None,) * (len(ctx.needs_input_grad))
+
+
+def _without_derivative(op: str, outputs: list[Tensor], inputs: Sequence[Tensor]) -> list[Tensor]:
+    """``outputs`` as torch_npu returns them from an operator with no derivative."""
+    tracked = [t for t in inputs if t.requires_grad]
+    if not tracked or not torch.is_grad_enabled():
+        return outputs
+    return [_NoDerivative.apply(op, out.detach(), *tracked) for out in outputs]
+
+
+def _group_ends(op: str, group_list: Tensor, group_list_type: int | None, rows: int) -> list[int]:
+    """Where each group's rows end: group_list is their cumulative ends (type 0) or sizes (type 1)."""
+    if not isinstance(group_list, Tensor) or group_list.dtype != torch.int64 or group_list.dim() != 1:
+        raise ValueError(f"{op}: group_list must be a 1-D int64 tensor; got {group_list!r:.80}")
+    if group_list_type not in (0, 1):
+        raise ValueError(f"{op}: group_list_type must be 0 (cumulative) or 1 (sizes); got {group_list_type}")
+    values = group_list.tolist()
+    if any(v < 0 for v in values):
+        raise ValueError(f"{op}: group_list must not be negative; got {values}")
+    ends = values if group_list_type == 0 else list(itertools.accumulate(values))
+    if any(b < a for a, b in itertools.pairwise(ends)):
+        raise ValueError(f"{op}: group_list (cumulative) must not decrease; got {values}")
+    if len(values) > 1024:
+        raise ValueError(f"{op}: at most 1024 groups; got {len(values)}")
+    if ends and ends[-1] > rows:
+        raise ValueError(f"{op}: group_list covers {ends[-1]} rows of a {rows}-row input")
+    return ends
+
+
+def _check_inner(op: str, name: str, tensor: Tensor) -> None:
+    if tensor.shape[-1] >= 65536:
+        raise ValueError(
+            f"{op}: {name}'s last axis must be under 65536 (the inner limit); got {tuple(tensor.shape)}"
+        )
+
+
+def npu_grouped_matmul(
+    x: list[Tensor],
+    weight: list[Tensor],
+    bias: list[Tensor] | None = None,
+    scale: list[Tensor] | None = None,
+    offset: list[Tensor] | None = None,
+    antiquant_scale: list[Tensor] | None = None,
+    antiquant_offset: list[Tensor] | None = None,
+    per_token_scale: list[Tensor] | None = None,
+    group_list: Tensor | None = None,
+    activation_input: list[Tensor] | None = None,
+    activation_quant_scale: list[Tensor] | None = None,
+    activation_quant_offset: list[Tensor] | None = None,
+    split_item: int = 0,
+    group_type: int | None = None,
+    group_list_type: int = 0,
+    act_type: int = 0,
+    tuning_config: list[int] | None = None,
+    output_dtype: torch.dtype | None = None,
+    x_dtype: int | None = None,
+    weight_dtype: int | None = None,
+    scale_dtype: int | None = None,
+    per_token_scale_dtype: int | None = None,
+) -> list[Tensor]:
+    """Emulates ``torch_npu.npu_grouped_matmul`` without quantization: ``y_i = x_i @ weight_i (+ bias_i)``.
+
+    Forms (its docs, A2 with a tensor group_list): ``group_type=-1``, lists of x (2-6-D) and 2-D weights,
+    no group_list, one output per pair (split_item 0/1); ``group_type=0``, one 2-D x whose rows are split
+    by group_list (cumulative ends, or sizes with ``group_list_type=1``; at most 1024 groups) against one
+    3-D weight (E, K, N) or a list of 2-D ones, one output (split_item 2/3) or one per group (0/1). Float16,
+    bfloat16 or float32, x and weight alike; a transposed weight is taken, a transposed x is not; inner axes
+    under 65536. Traps: no gradient (its docs: inference; the backward warns and gives none, as torch does
+    for an operator without a derivative); a group_list that does not reach x's last row leaves the rest
+    out of the output's rows to zero on the device, so it must cover them.
+    """
+    op = "npu_grouped_matmul"
+    quantized = (scale, offset, antiquant_scale, antiquant_offset, per_token_scale, activation_input,
+                 activation_quant_scale, activation_quant_offset)  # fmt: skip
+    coded = (x_dtype, weight_dtype, scale_dtype, per_token_scale_dtype, tuning_config)
+    if any(v is not None for v in (*quantized, *coded)) or act_type:
+        raise NotImplementedError(f"{op}: quantized forms and fused activations are not emulated")
+    if not x or not weight or len(x) > 128 or len(weight) > 128:
+        raise ValueError(f"{op}: x and weight must be non-empty lists (at most 128 tensors)")
+    for name, tensors in (("x", x), ("weight", weight)):
+        for tensor in tensors:
+            _check_dtype(op, name, tensor)
+            _check_inner(op, name, tensor)
+    if any(w.dtype != x[0].dtype for w in (*x, *weight)):
+        raise ValueError(f"{op}: x and weight must share one dtype")
+    if output_dtype not in (None, x[0].dtype):
+        raise ValueError(f"{op}: output_dtype must be x's dtype without quantization; got {output_dtype}")
+    if split_item not in (0, 1, 2, 3):
+        raise ValueError(f"{op}: split_item must be 0 to 3; got {split_item}")
+    if group_type == -1:
+        if group_list is not None or split_item not in (0, 1) or len(x) != len(weight):
+            raise ValueError(
+                f"{op}: group_type=-1 takes as many x as weights, no group_list, split_item 0 or 1"
+            )
+        products = [a @ w for a, w in zip(x, weight, strict=True)]
+    elif group_type == 0:
+        if group_list is None or any(a.dim() != 2 for a in x):
+            raise ValueError(f"{op}: group_type=0 takes 2-D x and a group_list")
+        if any(not a.is_contiguous() for a in x):
+            raise ValueError(f"{op}: x must not be transposed")
+        rows = torch.cat(x) if len(x) > 1 else x[0]
+        ends = _group_ends(op, group_list, group_list_type, rows.shape[0])
+        weights = list(weight[0]) if len(weight) == 1 and weight[0].dim() == 3 else weight
+        if len(weights) != len(ends) or any(w.dim() != 2 for w in weights):
+            raise ValueError(
+                f"{op}: group_type=0 takes one 3-D weight (E, K, N) or E 2-D weights for E groups; got "
+                f"{[tuple(w.shape) for w in weight]} for {len(ends)} groups"
+            )
+        if len({w.shape[1] for w in weights}) != 1:
+            raise ValueError(f"{op}: every weight must have the same N")
+        starts = [0, *ends[:-1]]
+        products = [rows[s:e] @ w for s, e, w in zip(starts, ends, weights, strict=True)]
+        if split_item in (2, 3):
+            out = rows.new_zeros((rows.shape[0], weights[0].shape[1]))
+            out[: ends[-1]] = torch.cat(products)
+            products = [out]
+    else:
+        raise NotImplementedError(
+            f"{op}: group_type {group_type} (a list group_list's forms) is not emulated"
+        )
+    if bias is not None:
+        if len(bias) != len(weight):
+            raise ValueError(f"{op}: bias must have one tensor per weight")
+        products = [p + b for p, b in zip(products, bias, strict=False)]
+    outputs = [p.to(x[0].dtype) for p in products]
+    return _without_derivative(op, outputs, [*x, *weight])
+
+
+def npu_grouped_matmul_add_(
+    self: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    group_list: Tensor,
+    transpose_x: bool = True,
+    transpose_weight: bool = False,
+    group_type: int = 2,
+    group_list_type: int = 0,
+) -> Tensor:
+    """Emulates ``torch_npu.npu_grouped_matmul_add_``: ``self[i] += x_i^T @ weight_i`` in place, groups
+    along K, the rows of x and weight (a mixture of experts' weight gradient).
+
+    Limits (its docs): self float32 (g, M, N); x (K, M) and weight (K, N) 2-D, both float16 or both
+    bfloat16; transpose_x only True, transpose_weight only False, group_type only 2; group_list int64,
+    cumulative ends (group_list_type 0) or sizes (1), at most 1024, not past K; last axes under 65536.
+    """
+    op = "npu_grouped_matmul_add_"
+    for name, tensor in (("x", x), ("weight", weight)):
+        _check_dtype(op, name, tensor, (torch.float16, torch.bfloat16))
+        _check_rank(op, name, tensor, 2, 2)
+        _check_inner(op, name, tensor)
+    _check_dtype(op, "self", self, (torch.float32,))
+    if not transpose_x or transpose_weight or group_type != 2:
+        raise ValueError(
+            f"{op}: only transpose_x=True, transpose_weight=False and group_type=2 are supported"
+        )
+    if x.dtype != weight.dtype or x.shape[0] != weight.shape[0]:
+        raise ValueError(
+            f"{op}: x (K, M) and weight (K, N) must share K and dtype; got {tuple(x.shape)} {x.dtype}, "
+            f"{tuple(weight.shape)} {weight.dtype}"
+        )
+    ends = _group_ends(op, group_list, group_list_type, x.shape[0])
+    if self.shape != (len(ends), x.shape[1], weight.shape[1]):
+        raise ValueError(
+            f"{op}: self must be (groups, M, N) = {(len(ends), x.shape[1], weight.shape[1])}; "
+            f"got {tuple(self.shape)}"
+        )
+    with torch.no_grad():
+        for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+            self[i] += x[start:end].float().t() @ weight[start:end].float()
+    return self
+
+
+def npu_grouped_matmul_add(
+    self: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    group_list: Tensor,
+    transpose_x: bool = True,
+    transpose_weight: bool = False,
+    group_type: int = 2,
+    group_list_type: int = 0,
+) -> Tensor:
+    """Emulates ``torch_npu.npu_grouped_matmul_add``: ``npu_grouped_matmul_add_`` on a copy of self."""
+    args = (transpose_x, transpose_weight, group_type, group_list_type)
+    return npu_grouped_matmul_add_(self.clone(), x, weight, group_list, *args)
 
 
 def npu_rms_norm(self: Tensor, gamma: Tensor, epsilon: float = 1e-06) -> tuple[Tensor, Tensor]:

@@ -291,6 +291,16 @@ class FileContext:
             for name in match.candidate.rule.fix.drop_unused_imports
         }
 
+    @property
+    def droppable_checks(self) -> set[str]:
+        """The checks for a CUDA package the applied fixes replace (Fix.drop_checks)."""
+        return {
+            name
+            for match in self.matches
+            if match.applied and match.candidate.rule.fix
+            for name in match.candidate.rule.fix.drop_checks
+        }
+
 
 def _code_of_fixed(module: cst.Module, fixed: Fixed | None) -> str | None:
     if isinstance(fixed, cst.FlattenSentinel):

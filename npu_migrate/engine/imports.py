@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
-from npu_migrate.engine.names import ImportTable, is_docstring, module_name
+from npu_migrate.engine.names import ImportTable, dotted_parts, is_docstring, module_name
 from npu_migrate.engine.positions import positions
 
 if TYPE_CHECKING:
@@ -340,11 +340,12 @@ class _NamesUsed(cst.CSTVisitor):
 
 
 class _DropImports(cst.CSTTransformer):
-    def __init__(self, qualified: set[str], used: set[str], table: ImportTable) -> None:
+    def __init__(self, qualified: set[str], used: set[str], table: ImportTable, checks: set[str]) -> None:
         super().__init__()
         self.qualified = qualified
         self.table = table
         self.used = used
+        self.checks = checks
         self.dropped: list[str] = []
 
     def leave_ImportFrom(
@@ -392,7 +393,19 @@ class _DropImports(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
-        return updated if updated.body else cst.RemoveFromParent()
+        body = [s for s in updated.body if not self._is_check(s)]
+        return updated.with_changes(body=body) if body else cst.RemoveFromParent()
+
+    def _is_check(self, statement: cst.BaseSmallStatement) -> bool:
+        """A statement that only calls a check for what the fixes replaced."""
+        if (
+            not self.checks
+            or not isinstance(statement, cst.Expr)
+            or not isinstance(statement.value, cst.Call)
+        ):
+            return False
+        parts = dotted_parts(statement.value.func)
+        return parts is not None and self.table.qualify(parts) in self.checks
 
     def leave_IndentedBlock(
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
@@ -409,13 +422,16 @@ class _DropImports(cst.CSTTransformer):
 
 
 def drop_unused_imports(
-    module: cst.Module, qualified: set[str], table: ImportTable
+    module: cst.Module, qualified: set[str], table: ImportTable, checks: set[str]
 ) -> tuple[cst.Module, list[str]]:
     """The module without the from-imports of `qualified` names it no longer uses, and the
-    qualified names whose imports went."""
-    if not qualified:
+    qualified names whose imports went. The statements that only call one of `checks` go first,
+    as what they check for is no longer used."""
+    if not qualified and not checks:
         return module, []
+    if checks:
+        module = module.visit(_DropImports(set(), set(), table, checks))
     used = _NamesUsed()
     module.visit(used)
-    dropper = _DropImports(qualified, used.names, table)
+    dropper = _DropImports(qualified, used.names, table, set())
     return module.visit(dropper), dropper.dropped

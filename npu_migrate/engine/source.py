@@ -168,7 +168,9 @@ def migrate_whole(
         return result
     spans = ctx.positions
     if any(m.applied for m in matches):
-        rewritten, dropped = drop_unused_imports(rewritten, ctx.droppable_imports, table)
+        rewritten, dropped = drop_unused_imports(
+            rewritten, ctx.droppable_imports, table, ctx.droppable_checks
+        )
         rewritten, result.added_imports = add_imports(rewritten, ctx.needed_imports, table)
         rewritten, result.added_helpers = add_helpers(rewritten, ctx.needed_helpers)
         result.removed_imports = [

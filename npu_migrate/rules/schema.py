@@ -103,14 +103,21 @@ class Fix(Strict):
         description="Qualified names whose imports are removed once the fix leaves them unused "
         "(e.g. flash_attn.flash_attn_func, which an NPU host cannot import).",
     )
+    drop_checks: list[DottedName] = Field(
+        default_factory=list,
+        description="Functions that check for the CUDA package the fix replaces (Megatron's "
+        "`assert_grouped_gemm_is_available`): a statement that only calls one goes from a file "
+        "where the fix applied.",
+    )
     add_import: list[DottedName] = Field(
         default_factory=lambda: ["torch_npu"],
         description="Modules the fixed code needs imported (default: torch_npu).",
     )
     helpers: dict[Identifier, str] = Field(
         default_factory=dict,
-        description="Module-level functions the fixed code calls (name -> its def), added once "
-        "after the imports of a file that has no top-level name of that name yet: what the fix "
+        description="Module-level functions (or an autograd Function's class) the fixed code calls "
+        "(name -> its def), added once after the imports of a file that has no top-level name of "
+        "that name yet: what the fix "
         "would otherwise rebuild at every call (a constant mask) is built once.",
     )
 
@@ -121,8 +128,8 @@ class Fix(Strict):
                 statement = cst.parse_statement(code)
             except cst.ParserSyntaxError as exc:
                 raise ValueError(f"helper {name} does not parse: {exc.message}") from None
-            if not isinstance(statement, cst.FunctionDef) or statement.name.value != name:
-                raise ValueError(f"helper {name} must be one `def {name}(...)`")
+            if not isinstance(statement, cst.FunctionDef | cst.ClassDef) or statement.name.value != name:
+                raise ValueError(f"helper {name} must be one `def {name}(...)` or `class {name}`")
         return self
 
     @model_validator(mode="after")

@@ -103,12 +103,17 @@ def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Pat
     "is the fusion available" checks hold). Under `run --emulate`, forward and backward agree with
     Megatron's unfused softmax; the NPU kernels run where their shape limits hold (counted by the
     check), and the helper's torch path takes a shape they refuse (the emulated operator would
-    raise there); the weight gradient lands in `main_grad`."""
+    raise there); the weight gradient lands in `main_grad`. Its MoE experts' grouped GEMMs run on
+    `npu_grouped_matmul` forward and backward (weights' gradient on `npu_grouped_matmul_add_`) in
+    bf16, and expert by expert in fp32, which the gradient operator does not take; both match the
+    experts computed one by one, gradients included."""
     migrated = tmp_path / "migrated"
     run_cli("apply", SOURCE, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
     for name in ("fused_softmax.py", "layers.py"):
         left = re.findall(r"^\s*import \w+_cuda|\w+_cuda\.\w+", (migrated / "core" / name).read_text(), re.M)
         assert not left, (name, left)
+    experts = (migrated / "megatron" / "core" / "transformer" / "moe" / "experts.py").read_text()
+    assert "gg." not in experts and "grouped_gemm_util" not in experts, experts
     (migrated / "check_fused.py").write_text(FUSED_KERNELS)
     ran = run_cli("run", "--emulate", "check_fused.py", cwd=migrated)
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -117,6 +122,8 @@ def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Pat
         "(2,4,20,20):", "kernel", "forward", "0", "backward", "0",
         "causal:", "kernel", "forward", "1", "backward", "1",
         "main_grad:", "kernel", "1", "ok",
+        "experts", "bfloat16:", "kernel", "4", "add", "2", "ok",
+        "experts", "float32:", "kernel", "0", "add", "0", "ok",
     ], ran.stdout  # fmt: skip
 
 
@@ -126,12 +133,18 @@ import torch_npu
 
 from core.fused_softmax import ScaledMaskedSoftmax, ScaledUpperTriangMaskedSoftmax, is_kernel_available
 from core.layers import ColumnParallelLinear, accumulate_weight_grad
+from megatron.core.transformer.moe.experts import GroupedMLP
+import torch.nn.functional as F
 
 calls = {}
-for name in ("npu_scaled_masked_softmax", "npu_scaled_masked_softmax_backward", "_npu_matmul_add_fp32"):
-    def counted(*args, _name=name, _op=getattr(torch_npu, name)):
+OPERATORS = (
+    "npu_scaled_masked_softmax", "npu_scaled_masked_softmax_backward", "_npu_matmul_add_fp32",
+    "npu_grouped_matmul", "npu_grouped_matmul_add_",
+)
+for name in OPERATORS:
+    def counted(*args, _name=name, _op=getattr(torch_npu, name), **kwargs):
         calls[_name] = calls.get(_name, 0) + 1
-        return _op(*args)
+        return _op(*args, **kwargs)
     setattr(torch_npu, name, counted)
 
 
@@ -175,6 +188,29 @@ accumulate_weight_grad(total_input, grad_output, layer.weight)
 want = 1 + grad_output.float().t() @ total_input.float()
 torch.testing.assert_close(layer.weight.main_grad, want)
 print(f"main_grad: kernel {calls.get('_npu_matmul_add_fp32', 0)} ok")
+
+for dtype in (torch.bfloat16, torch.float32):
+    calls.clear()
+    experts = GroupedMLP(3, 64, 32, dtype=dtype).to("npu")
+    tokens_per_expert = torch.tensor([5, 0, 11])  # on the host, as Megatron's dispatchers give them
+    x = torch.randn(16, 64, device="npu", dtype=dtype, requires_grad=True)
+    out = experts(x, tokens_per_expert)
+    out.backward(torch.ones_like(out))
+    reference, plain = GroupedMLP(3, 64, 32, dtype=torch.float32), x.detach().float().requires_grad_()
+    reference.load_state_dict({k: v.float() for k, v in experts.state_dict().items()})
+    w1 = reference.weight1.view(3, 64, 32)
+    w2 = reference.weight2.view(3, 32, 64)
+    rows = plain.split([5, 0, 11])
+    want = torch.cat([F.silu(r @ w1[i]) @ w2[i] for i, r in enumerate(rows)])
+    want.backward(torch.ones_like(want))
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(x.grad.float(), plain.grad, atol=2e-2, rtol=2e-2)
+    for name in ("weight1", "weight2"):
+        got, expected = getattr(experts, name).grad, getattr(reference, name).grad
+        assert got is not None and got.device.type == "npu"
+        torch.testing.assert_close(got.float().cpu(), expected, atol=2e-2, rtol=2e-2)
+    gemms, adds = calls.get("npu_grouped_matmul", 0), calls.get("npu_grouped_matmul_add_", 0)
+    print(f"experts {str(dtype).removeprefix('torch.')}: kernel {gemms} add {adds} ok")
 """
 
 

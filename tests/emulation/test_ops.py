@@ -685,3 +685,89 @@ def test_every_fused_operator_the_rules_write_is_emulated() -> None:
     assert [name for name in sorted(optimizers) if not hasattr(optim, name)] == []
     x = torch.linspace(-3, 3, 13)
     torch.testing.assert_close(ops.npu_fast_gelu(x), fast_gelu(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_npu_grouped_matmul_multiplies_each_groups_rows_by_its_weight(dtype: torch.dtype) -> None:
+    x = torch.randn(12, 16).to(dtype)
+    weight = torch.randn(3, 16, 8).to(dtype)
+    sizes = [4, 0, 8]
+    want = torch.cat([r.float() @ w.float() for r, w in zip(x.split(sizes), weight, strict=True)])
+    by_ends = ops.npu_grouped_matmul(
+        [x], [weight], group_list=torch.tensor([4, 4, 12]), split_item=3, group_type=0
+    )
+    by_sizes = ops.npu_grouped_matmul(
+        [x], [weight], group_list=torch.tensor(sizes), split_item=2, group_type=0, group_list_type=1
+    )
+    assert len(by_ends) == len(by_sizes) == 1 and by_ends[0].dtype == dtype
+    assert_close(by_ends[0], want, dtype)
+    assert_close(by_sizes[0], want, dtype)
+    transposed = weight.transpose(1, 2).contiguous().transpose(1, 2)  # (E, K, N) read from (E, N, K)
+    assert_close(ops.npu_grouped_matmul([x], [transposed], group_list=torch.tensor([4, 4, 12]), split_item=3,
+                                        group_type=0)[0], want, dtype)  # fmt: skip
+    per_group = ops.npu_grouped_matmul([x], list(weight), group_list=torch.tensor([4, 4, 12]), group_type=0)
+    assert [tuple(y.shape) for y in per_group] == [(4, 8), (0, 8), (8, 8)]
+    pairs = ops.npu_grouped_matmul(
+        [x[:4], x[4:]], [weight[0], weight[2]], bias=[torch.ones(8)] * 2, group_type=-1
+    )
+    assert_close(pairs[1], x[4:].float() @ weight[2].float() + 1, dtype)
+
+
+def test_npu_grouped_matmul_refuses_what_its_docs_refuse() -> None:
+    x, weight = torch.randn(12, 16), torch.randn(3, 16, 8)
+
+    def call(**kwargs: object) -> object:
+        arguments: dict[str, object] = {
+            "group_list": torch.tensor([4, 4, 12]),
+            "split_item": 3,
+            "group_type": 0,
+        }
+        arguments.update(kwargs)
+        return ops.npu_grouped_matmul(arguments.pop("x", [x]), arguments.pop("weight", [weight]), **arguments)
+
+    with pytest.raises(ValueError, match="must not decrease"):
+        call(group_list=torch.tensor([4, 2, 12]))
+    with pytest.raises(ValueError, match="covers 13 rows of a 12-row input"):
+        call(group_list=torch.tensor([4, 4, 13]))
+    with pytest.raises(ValueError, match="1-D int64"):
+        call(group_list=torch.tensor([4, 4, 12], dtype=torch.int32))
+    with pytest.raises(ValueError, match="share one dtype"):
+        call(weight=[weight.half()])
+    with pytest.raises(ValueError, match="3-D weight"):
+        call(group_list=torch.tensor([4, 12]))
+    with pytest.raises(ValueError, match="not be transposed"):
+        call(x=[torch.randn(16, 12).t()])
+    with pytest.raises(ValueError, match="at most 1024 groups"):
+        call(weight=[torch.randn(1025, 16, 8)], group_list=torch.full((1025,), 12))
+    with pytest.raises(NotImplementedError, match="quantized"):
+        call(scale=[torch.ones(8)])
+
+
+def test_npu_grouped_matmul_gives_no_gradient_as_torch_npu_registers_none() -> None:
+    """torch_npu's docs: an inference operator. Autograd's fallback for an operator without a
+    derivative warns at the backward and hands back nothing: a training port must bring its own."""
+    x = torch.randn(6, 4, requires_grad=True)
+    out = ops.npu_grouped_matmul([x], [torch.randn(2, 4, 3)], group_list=torch.tensor([2, 6]), split_item=3,
+                                 group_type=0)[0]  # fmt: skip
+    assert out.requires_grad
+    with pytest.warns(UserWarning, match="npu::npu_grouped_matmul: an autograd kernel was not registered"):
+        out.sum().backward()
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_npu_grouped_matmul_add_accumulates_each_k_groups_product_in_fp32(dtype: torch.dtype) -> None:
+    x, weight = torch.randn(10, 6).to(dtype), torch.randn(10, 5).to(dtype)
+    start = torch.full((2, 6, 5), 0.5)
+    out = ops.npu_grouped_matmul_add_(start, x, weight, torch.tensor([3, 7]), group_list_type=1)
+    assert out is start
+    want = torch.stack([x[:3].float().t() @ weight[:3].float(), x[3:].float().t() @ weight[3:].float()]) + 0.5
+    torch.testing.assert_close(out, want)
+    copy = ops.npu_grouped_matmul_add(torch.zeros(2, 6, 5), x, weight, torch.tensor([3, 10]))
+    torch.testing.assert_close(copy, want - 0.5)
+    with pytest.raises(ValueError, match="must be float16, bfloat16"):
+        ops.npu_grouped_matmul_add_(torch.zeros(2, 6, 5), x.float(), weight.float(), torch.tensor([3, 10]))
+    with pytest.raises(ValueError, match="only transpose_x=True"):
+        ops.npu_grouped_matmul_add_(torch.zeros(2, 6, 5), x, weight, torch.tensor([3, 10]), transpose_x=False)
+    with pytest.raises(ValueError, match=r"self must be \(groups, M, N\)"):
+        ops.npu_grouped_matmul_add_(torch.zeros(3, 6, 5), x, weight, torch.tensor([3, 10]))
