@@ -196,6 +196,32 @@ def _pin_memory(original: Any) -> Any:
     return pin_memory
 
 
+def _compile(original: Any) -> Any:
+    """What torch.compile makes runs where the mode tracks no tensor (a traced graph): what it
+    returns is on the NPU its inputs are on, as an operator's result is (Megatron's `jit_fuser`
+    functions handed their host results to the NPU operators after them)."""
+
+    @functools.wraps(original)
+    def compile(model: Any = None, **options: Any) -> Any:
+        if model is None:  # torch.compile(fullgraph=True) as a decorator
+            return lambda model: compile(model, **options)
+        compiled = original(model, **options)
+        if isinstance(compiled, torch.nn.Module):
+            compiled.register_forward_hook(
+                lambda module, args, kwargs, output: tensors.place(module, args, kwargs, output, None),
+                with_kwargs=True,
+            )
+            return compiled
+
+        @functools.wraps(model)
+        def placed(*args: Any, **kwargs: Any) -> Any:
+            return tensors.place(compiled, args, kwargs, compiled(*args, **kwargs), None)
+
+        return placed
+
+    return compile
+
+
 def _record_stream(original: Any) -> Any:
     """Streams are not emulated (npu_module.Stream: one queue): an NPU tensor has no stream to be
     kept alive for. DDP's input copies and FSDP's resharding record them."""
@@ -400,6 +426,7 @@ def install(backing: str | None = None) -> torch.device:
         (torch.nn.Parameter, "__new__", _parameter(torch.nn.Parameter.__new__)),
         (torch.Tensor, "pin_memory", _pin_memory(torch.Tensor.pin_memory)),
         (torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream)),
+        (torch, "compile", _compile(torch.compile)),
         *_recomputations(),
         *_engine_runs(),
         *_custom_function_backward(),

@@ -453,3 +453,32 @@ print("integer devices are the npu")
 
 def test_an_integer_device_is_the_npu(tmp_path: Path) -> None:
     assert "integer devices are the npu" in emulated(tmp_path, "devices.py", INTEGER_DEVICES)
+
+
+COMPILED_RESULTS = r"""
+import torch
+import torch_npu
+
+scaled = torch.compile(lambda x, p: (torch.nn.functional.silu(x) * p).to(x.dtype))
+x = torch.ones(2, 3, device="npu", dtype=torch.bfloat16, requires_grad=True)
+y = scaled(x, torch.ones(2, 1, device="npu"))
+y.sum().backward()
+layer = torch.compile(torch.nn.Linear(3, 2).npu())
+
+@torch.compile(fullgraph=True)
+def shifted(x):
+    return x + 1
+
+print(y.device, x.grad.device, layer(torch.ones(1, 3, device="npu")).device,
+      shifted(torch.ones(2, device="npu")).device, shifted(torch.ones(2)).device)
+"""
+
+
+def test_what_torch_compile_makes_returns_tensors_on_the_npu_its_inputs_are_on(tmp_path: Path) -> None:
+    """Megatron's `jit_fuser` (torch.compile) activation handed host tensors to the NPU operators
+    after it: a compiled graph runs where the emulation tracks no tensor. Functions, modules and
+    the decorator form now return on their inputs' device, as on the NPU."""
+    script = write(tmp_path, "compiled.py", COMPILED_RESULTS)
+    result = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["npu:0", "npu:0", "npu:0", "npu:0", "cpu"]
