@@ -347,6 +347,7 @@ class _DropImports(cst.CSTTransformer):
         self.used = used
         self.checks = checks
         self.dropped: list[str] = []
+        self.gone: dict[int, Sequence[cst.EmptyLine]] = {}  # a line removed -> its blank lines before
 
     def leave_ImportFrom(
         self, original: cst.ImportFrom, updated: cst.ImportFrom
@@ -394,7 +395,25 @@ class _DropImports(cst.CSTTransformer):
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
         body = [s for s in updated.body if not self._is_check(s)]
-        return updated.with_changes(body=body) if body else cst.RemoveFromParent()
+        if body:
+            return updated.with_changes(body=body)
+        self.gone[id(original)] = [line for line in original.leading_lines if line.comment is None]
+        return cst.RemoveFromParent()
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        """A top-level line that went leaves its blank lines before to the line after it (a
+        module docstring stays apart from the imports when the first import went)."""
+        if not self.gone:
+            return updated
+        body, at, blanks = list(updated.body), 0, None
+        for statement in original.body:
+            if id(statement) in self.gone:
+                blanks = blanks or self.gone[id(statement)]
+                continue
+            if blanks and not body[at].leading_lines:
+                body[at] = body[at].with_changes(leading_lines=blanks)
+            blanks, at = None, at + 1
+        return updated.with_changes(body=body)
 
     def _is_check(self, statement: cst.BaseSmallStatement) -> bool:
         """A statement that only calls a check for what the fixes replaced."""

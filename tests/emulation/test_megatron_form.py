@@ -106,7 +106,8 @@ def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Pat
     raise there); the weight gradient lands in `main_grad`. Its MoE experts' grouped GEMMs run on
     `npu_grouped_matmul` forward and backward (weights' gradient on `npu_grouped_matmul_add_`) in
     bf16, and expert by expert in fp32, which the gradient operator does not take; both match the
-    experts computed one by one, gradients included."""
+    experts computed one by one, gradients included. Megatron 3.0's gradient clipping, apex's
+    `amp_C` norm and scale called directly, clips on torch's foreach operators."""
     migrated = tmp_path / "migrated"
     run_cli("apply", SOURCE, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
     for name in ("fused_softmax.py", "layers.py"):
@@ -114,6 +115,8 @@ def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Pat
         assert not left, (name, left)
     experts = (migrated / "megatron" / "core" / "transformer" / "moe" / "experts.py").read_text()
     assert "gg." not in experts and "grouped_gemm_util" not in experts, experts
+    clip = (migrated / "core" / "clip_grads.py").read_text()
+    assert not re.findall(r"^import amp_C|^from apex|multi_tensor_applier\(", clip, re.M), clip
     (migrated / "check_fused.py").write_text(FUSED_KERNELS)
     ran = run_cli("run", "--emulate", "check_fused.py", cwd=migrated)
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -124,6 +127,7 @@ def test_the_fused_kernels_run_as_npu_operators_after_apply_unsafe(tmp_path: Pat
         "main_grad:", "kernel", "1", "ok",
         "experts", "bfloat16:", "kernel", "4", "add", "2", "ok",
         "experts", "float32:", "kernel", "0", "add", "0", "ok",
+        "clipped", "1.0",
     ], ran.stdout  # fmt: skip
 
 
@@ -134,6 +138,7 @@ import torch_npu
 from core.fused_softmax import ScaledMaskedSoftmax, ScaledUpperTriangMaskedSoftmax, is_kernel_available
 from core.layers import ColumnParallelLinear, accumulate_weight_grad
 from megatron.core.transformer.moe.experts import GroupedMLP
+from core.clip_grads import clip_grad_norm_fp32
 import torch.nn.functional as F
 
 calls = {}
@@ -211,6 +216,15 @@ for dtype in (torch.bfloat16, torch.float32):
         torch.testing.assert_close(got.float().cpu(), expected, atol=2e-2, rtol=2e-2)
     gemms, adds = calls.get("npu_grouped_matmul", 0), calls.get("npu_grouped_matmul_add_", 0)
     print(f"experts {str(dtype).removeprefix('torch.')}: kernel {gemms} add {adds} ok")
+
+grads = [torch.randn(8, 4, device="npu", dtype=torch.bfloat16) for _ in range(3)]
+before = [g.float() for g in grads]
+total = torch.linalg.vector_norm(torch.cat([g.flatten() for g in before]))
+norm = clip_grad_norm_fp32(grads, 1.0)
+assert abs(norm - total.item()) < 1e-4 * total.item() and all(g.device.type == "npu" for g in grads)
+for g, b in zip(grads, before):
+    torch.testing.assert_close(g.float(), b / (total + 1e-6), atol=1e-2, rtol=1e-2)
+print("clipped", round(torch.linalg.vector_norm(torch.cat([g.float().flatten() for g in grads])).item(), 2))
 """
 
 
