@@ -16,7 +16,7 @@ from libcst.metadata import CodeRange
 from npu_migrate.engine.facts import Facts
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import ImportPlan
-from npu_migrate.engine.names import ImportTable, dotted_parts
+from npu_migrate.engine.names import ImportTable, dotted_parts, name_matches
 from npu_migrate.engine.precedence import compare
 from npu_migrate.engine.program import Span
 from npu_migrate.engine.program_holds import Site
@@ -139,9 +139,23 @@ class FileContext:
             Site(span, m.code, m.candidate.rule.code, self._fixes(m), m.replacement is not None,
                  self._leaves_cuda(m), self._severe(m),
                  m.code.rsplit(".", 1)[-1] in m.candidate.rule.probes, m.candidate.attribute,
-                 m.candidate.rule.needs_npu_data, m.candidate.rule.rewritten_whole, m.candidate.instance_of)
+                 m.candidate.rule.needs_npu_data, m.candidate.rule.rewritten_whole, m.candidate.instance_of,
+                 self._state_of(m))
             for m, span in zip(self.matches, spans, strict=True)
         ]  # fmt: skip
+
+    def _state_of(self, match: Match) -> str | None:
+        """The device state the matched name reads or writes (Rule.states); for a from-import
+        (which carries the renames of its names' uses), that of a name it imports."""
+        states = match.candidate.rule.states
+        if not states:
+            return None
+        node = match.node
+        names = [match.candidate.part]
+        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            base = self.table.imported_from(node)
+            names = [f"{base}.{alias.evaluated_name}" for alias in node.names] if base else []
+        return next((s for name in names for s, listed in states.items() if name_matches(name, listed)), None)
 
     def file_hold(self, rule: Rule) -> Hold | None:
         """Why the words of the file, or of another file of the run, hold this rule's fix back

@@ -53,6 +53,7 @@ from npu_migrate.engine.reasons import (
     OPERATOR_LIMIT_UNPROVEN,
     OWN_ATTRIBUTE,
     PART_OF_A_REPORT,
+    STATE_LEFT_ON_CUDA,
     VALUE_GUARDS_CUDA,
 )
 from npu_migrate.model import Hold
@@ -76,6 +77,7 @@ class Site:
     needs_npu_data: str | None = None  # why its fix works only on data on the NPU (Rule.needs_npu_data)
     rewritten_whole: bool = False  # a human rewrites what it matched as a whole (Rule.rewritten_whole)
     instance_of: tuple[tuple[str, tuple[str, ...]], ...] = ()  # attributes that must hold these classes only
+    state: str | None = None  # the device state it reads or writes (Rule.states)
 
 
 def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
@@ -110,7 +112,63 @@ def program_holds(sites: Sequence[Site], program: Program) -> dict[int, Hold]:
     compared = _comparison_holds(sites, program, inside, fixes, leaves)
     for i in compared:
         fixes[i], leaves[i] = False, sites[i].severe
-    return held | compared | _guard_holds(sites, program, inside, fixes, leaves)
+    held |= compared | _guard_holds(sites, program, inside, fixes, leaves)
+    return held | _state_holds(sites, program, inside, fixes, leaves)
+
+
+def _state_holds(
+    sites: Sequence[Site],
+    program: Program,
+    inside: Callable[[Span], list[int]],
+    fixes: Sequence[bool],
+    leaves: Sequence[bool],
+) -> dict[int, Hold]:
+    """One device state, one device: where a use of a state stays CUDA in the file (left, or
+    fixed in the body of an `if` whose CUDA test stays, which an NPU run never enters) while a
+    fix would move another use to the NPU, the fixes of its uses are held. Megatron's RNG tracker
+    with its getter moved to the NPU and its setter queued on CUDA restored nothing and said
+    nothing."""
+    stated = [(i, site.state) for i, site in enumerate(sites) if site.state]
+    if not stated:
+        return {}
+    dead = [
+        (guard.guarded[0], f"under `{guard.header}` (line {guard.test.line})")
+        for guard in program.guards
+        if guard.branches
+        and any(sites[i].probe and not fixes[i] for i in _asked_alone(guard.test, inside, sites))
+    ]
+    kept: dict[str, str] = {}  # a state -> the use that keeps it on CUDA
+    moved: set[str] = set()  # the states a fix moves to the NPU where an NPU run gets to it
+    for i, state in stated:
+        site = sites[i]
+        code = f"`{site.code.splitlines()[0]}`"
+        under = next((where for span, where in dead if span.holds(site.span)), None)
+        if leaves[i] and not fixes[i]:
+            kept.setdefault(state, f"{code} ({site.rule}, line {site.span.line})")
+        elif fixes[i] and under is not None:
+            kept.setdefault(state, f"{code} {under}")
+        elif fixes[i]:
+            moved.add(state)
+    kept = {state: why for state, why in kept.items() if state in moved}  # else nothing is split
+    return {
+        i: Hold(
+            STATE_LEFT_ON_CUDA,
+            f"{kept[state]} keeps the {state} state on CUDA: moved alone, this would split that state "
+            "between two devices (migrate that first)",
+        )
+        for i, state in stated
+        if fixes[i] and state in kept
+    }
+
+
+def _asked_alone(test: Span, inside: Callable[[Span], list[int]], sites: Sequence[Site]) -> list[int]:
+    """The sites a test is a bare call of (`torch.cuda.is_available()`): where one stays CUDA, the
+    test is false on an NPU host, and the branch it opens never runs there."""
+
+    def called(span: Span) -> Span:  # the span of `name()` on the name's line
+        return Span(span.start, (span.end[0], span.end[1] + 2))
+
+    return [i for i in inside(test) if called(sites[i].span) == test]
 
 
 def _part_of_reports(

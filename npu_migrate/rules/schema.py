@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from npu_migrate.engine.kinds import KINDS, kind_of
-from npu_migrate.engine.kinds.fields import Applicability, Regex, Severity, Strict
+from npu_migrate.engine.kinds.fields import Applicability, QualifiedNames, Regex, Severity, Strict
 from npu_migrate.engine.patterns import METAVARIABLE
 from npu_migrate.model import RuleInfo
 
@@ -227,6 +227,14 @@ class Rule(Strict):
         description="The fixed code works only on data on the NPU, saying why (the fused "
         "optimizers pack their parameters there): the fix is held in a function whose device its "
         "caller chooses (a parameter named like `device`: a test's fixture may pick the CPU).",
+    )
+    states: dict[Identifier, QualifiedNames] = Field(
+        default_factory=dict,
+        description="Device state that some of the names this rule matches read or write (`rng`: "
+        "the generator's seed and offset, and the queue its setters go through). Where a use of a "
+        "state stays CUDA in a file (held, suppressed, reported, or behind a CUDA test that stays), "
+        "the fixes of its other uses there are held: a state split between two devices fails "
+        "silently (a getter on the NPU whose setter stays on CUDA restores nothing).",
     )
     last_resort: bool = Field(
         default=False,
