@@ -225,8 +225,11 @@ def _without_derivative(op: str, outputs: list[Tensor], inputs: Sequence[Tensor]
     return [_NoDerivative.apply(op, out.detach(), *tracked) for out in outputs]
 
 
-def _group_ends(op: str, group_list: Tensor, group_list_type: int | None, rows: int) -> list[int]:
-    """Where each group's rows end: group_list is their cumulative ends (type 0) or sizes (type 1)."""
+def _group_ends(
+    op: str, group_list: Tensor, group_list_type: int | None, rows: int, exact: bool
+) -> list[int]:
+    """Where each group's rows end: group_list is their cumulative ends (type 0) or sizes (type 1),
+    which must cover every row (`exact`) or may stop short of the last."""
     if not isinstance(group_list, Tensor) or group_list.dtype != torch.int64 or group_list.dim() != 1:
         raise ValueError(f"{op}: group_list must be a 1-D int64 tensor; got {group_list!r:.80}")
     if group_list_type not in (0, 1):
@@ -239,9 +242,18 @@ def _group_ends(op: str, group_list: Tensor, group_list_type: int | None, rows: 
         raise ValueError(f"{op}: group_list (cumulative) must not decrease; got {values}")
     if len(values) > 1024:
         raise ValueError(f"{op}: at most 1024 groups; got {len(values)}")
-    if ends and ends[-1] > rows:
-        raise ValueError(f"{op}: group_list covers {ends[-1]} rows of a {rows}-row input")
+    if ends and (ends[-1] != rows if exact else ends[-1] > rows):
+        must = "exactly its" if exact else "at most its"
+        raise ValueError(f"{op}: group_list must cover {must} {rows} rows; it covers {ends[-1]}")
     return ends
+
+
+def _biases(op: str, bias: list[Tensor], groups: int) -> list[Tensor]:
+    """One 1-D bias per weight (its docs: as many as weights), as a list however it came."""
+    biases = list(bias[0]) if len(bias) == 1 and bias[0].dim() == 2 else bias
+    if len(biases) != groups or any(b.dim() != 1 for b in biases):
+        raise ValueError(f"{op}: bias must be one 1-D tensor per weight ({groups})")
+    return biases
 
 
 def _check_inner(op: str, name: str, tensor: Tensor) -> None:
@@ -282,9 +294,8 @@ def npu_grouped_matmul(
     by group_list (cumulative ends, or sizes with ``group_list_type=1``; at most 1024 groups) against one
     3-D weight (E, K, N) or a list of 2-D ones, one output (split_item 2/3) or one per group (0/1). Float16,
     bfloat16 or float32, x and weight alike; a transposed weight is taken, a transposed x is not; inner axes
-    under 65536. Traps: no gradient (its docs: inference; the backward warns and gives none, as torch does
-    for an operator without a derivative); a group_list that does not reach x's last row leaves the rest
-    out of the output's rows to zero on the device, so it must cover them.
+    under 65536; with ``group_type=0`` the group list covers exactly x's rows. Trap: no gradient (its docs:
+    inference; the backward warns and gives none, as torch does for an operator without a derivative).
     """
     op = "npu_grouped_matmul"
     quantized = (scale, offset, antiquant_scale, antiquant_offset, per_token_scale, activation_input,
@@ -310,13 +321,15 @@ def npu_grouped_matmul(
                 f"{op}: group_type=-1 takes as many x as weights, no group_list, split_item 0 or 1"
             )
         products = [a @ w for a, w in zip(x, weight, strict=True)]
+        if bias is not None:
+            products = [p + b for p, b in zip(products, _biases(op, bias, len(weight)), strict=True)]
     elif group_type == 0:
         if group_list is None or any(a.dim() != 2 for a in x):
             raise ValueError(f"{op}: group_type=0 takes 2-D x and a group_list")
         if any(not a.is_contiguous() for a in x):
             raise ValueError(f"{op}: x must not be transposed")
         rows = torch.cat(x) if len(x) > 1 else x[0]
-        ends = _group_ends(op, group_list, group_list_type, rows.shape[0])
+        ends = _group_ends(op, group_list, group_list_type, rows.shape[0], exact=True)
         weights = list(weight[0]) if len(weight) == 1 and weight[0].dim() == 3 else weight
         if len(weights) != len(ends) or any(w.dim() != 2 for w in weights):
             raise ValueError(
@@ -325,20 +338,16 @@ def npu_grouped_matmul(
             )
         if len({w.shape[1] for w in weights}) != 1:
             raise ValueError(f"{op}: every weight must have the same N")
+        zero = rows.new_zeros(())
+        biases = _biases(op, bias, len(weights)) if bias is not None else [zero] * len(weights)
         starts = [0, *ends[:-1]]
-        products = [rows[s:e] @ w for s, e, w in zip(starts, ends, weights, strict=True)]
+        products = [rows[s:e] @ w + b for s, e, w, b in zip(starts, ends, weights, biases, strict=True)]
         if split_item in (2, 3):
-            out = rows.new_zeros((rows.shape[0], weights[0].shape[1]))
-            out[: ends[-1]] = torch.cat(products)
-            products = [out]
+            products = [torch.cat(products)]
     else:
         raise NotImplementedError(
             f"{op}: group_type {group_type} (a list group_list's forms) is not emulated"
         )
-    if bias is not None:
-        if len(bias) != len(weight):
-            raise ValueError(f"{op}: bias must have one tensor per weight")
-        products = [p + b for p, b in zip(products, bias, strict=False)]
     outputs = [p.to(x[0].dtype) for p in products]
     return _without_derivative(op, outputs, [*x, *weight])
 
@@ -375,7 +384,7 @@ def npu_grouped_matmul_add_(
             f"{op}: x (K, M) and weight (K, N) must share K and dtype; got {tuple(x.shape)} {x.dtype}, "
             f"{tuple(weight.shape)} {weight.dtype}"
         )
-    ends = _group_ends(op, group_list, group_list_type, x.shape[0])
+    ends = _group_ends(op, group_list, group_list_type, x.shape[0], exact=False)
     if self.shape != (len(ends), x.shape[1], weight.shape[1]):
         raise ValueError(
             f"{op}: self must be (groups, M, N) = {(len(ends), x.shape[1], weight.shape[1])}; "

@@ -711,6 +711,10 @@ def test_npu_grouped_matmul_multiplies_each_groups_rows_by_its_weight(dtype: tor
         [x[:4], x[4:]], [weight[0], weight[2]], bias=[torch.ones(8)] * 2, group_type=-1
     )
     assert_close(pairs[1], x[4:].float() @ weight[2].float() + 1, dtype)
+    biases = [torch.full((8,), float(i)).to(dtype) for i in range(3)]
+    biased = ops.npu_grouped_matmul([x], [weight], bias=biases, group_list=torch.tensor(sizes), split_item=3,
+                                    group_type=0, group_list_type=1)  # fmt: skip
+    assert_close(biased[0], want + torch.tensor([0.0] * 4 + [2.0] * 8)[:, None], dtype)  # each group its own
 
 
 def test_npu_grouped_matmul_refuses_what_its_docs_refuse() -> None:
@@ -727,8 +731,10 @@ def test_npu_grouped_matmul_refuses_what_its_docs_refuse() -> None:
 
     with pytest.raises(ValueError, match="must not decrease"):
         call(group_list=torch.tensor([4, 2, 12]))
-    with pytest.raises(ValueError, match="covers 13 rows of a 12-row input"):
+    with pytest.raises(ValueError, match="cover exactly its 12 rows; it covers 13"):
         call(group_list=torch.tensor([4, 4, 13]))
+    with pytest.raises(ValueError, match="cover exactly its 12 rows; it covers 10"):
+        call(group_list=torch.tensor([4, 4, 10]))
     with pytest.raises(ValueError, match="1-D int64"):
         call(group_list=torch.tensor([4, 4, 12], dtype=torch.int32))
     with pytest.raises(ValueError, match="share one dtype"):
