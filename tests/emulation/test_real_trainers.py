@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,17 +38,24 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return original, work / "migrated"
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def launch(
     tree: Path, script: str, emulate: bool, log: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`accelerate launch` of one of its scripts in `tree`: the original as it runs here, the
     migrated copy through `npu-migrate run --emulate`."""
     env = {"PYTHONPATH": os.pathsep.join([str(tree / "src"), str(LOSSES)])}
+    port = ["--main_process_port", str(_free_port())]  # not accelerate's 29500: other tests launch too
     if log is not None:
         env |= {"LOSS_LOG": str(log), "LOSS_SCRIPT": script}
     if emulate:
-        return run_cli("run", "--emulate", "python", *LAUNCH, f"{SCRIPTS}/{script}", cwd=tree, env=env)
-    command = [sys.executable, *LAUNCH, f"{SCRIPTS}/{script}"]
+        return run_cli("run", "--emulate", "python", *LAUNCH, *port, f"{SCRIPTS}/{script}", cwd=tree, env=env)
+    command = [sys.executable, *LAUNCH, *port, f"{SCRIPTS}/{script}"]
     return subprocess.run(
         command, cwd=tree, env={**os.environ, **env}, capture_output=True, text=True, check=False
     )
