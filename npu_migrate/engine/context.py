@@ -26,7 +26,7 @@ from npu_migrate.model import Applicability, Finding, Hold, Severity
 
 if TYPE_CHECKING:
     from npu_migrate.engine.kinds.base import Candidate, Fixed
-    from npu_migrate.rules.schema import Rule
+    from npu_migrate.rules.schema import Fix, Rule
 
 
 @dataclass(frozen=True)
@@ -286,34 +286,24 @@ class FileContext:
         return list(dict.fromkeys(needed))
 
     @property
+    def _applied_fixes(self) -> list[Fix]:
+        """The fixes of the matches the run applied, in the file's order."""
+        return [m.candidate.rule.fix for m in self.matches if m.applied and m.candidate.rule.fix]
+
+    @property
     def needed_helpers(self) -> dict[str, str]:
         """The helper functions the applied fixes call (Fix.helpers), by name."""
-        return {
-            name: code
-            for match in self.matches
-            if match.applied and match.candidate.rule.fix
-            for name, code in match.candidate.rule.fix.helpers.items()
-        }
+        return {name: code for fix in self._applied_fixes for name, code in fix.helpers.items()}
 
     @property
     def droppable_imports(self) -> set[str]:
         """The imports the applied fixes free, where nothing else uses them."""
-        return {
-            name
-            for match in self.matches
-            if match.applied and match.candidate.rule.fix
-            for name in match.candidate.rule.fix.drop_unused_imports
-        }
+        return {name for fix in self._applied_fixes for name in fix.drop_unused_imports}
 
     @property
     def droppable_checks(self) -> set[str]:
         """The checks for a CUDA package the applied fixes replace (Fix.drop_checks)."""
-        return {
-            name
-            for match in self.matches
-            if match.applied and match.candidate.rule.fix
-            for name in match.candidate.rule.fix.drop_checks
-        }
+        return {name for fix in self._applied_fixes for name in fix.drop_checks}
 
 
 def _code_of_fixed(module: cst.Module, fixed: Fixed | None) -> str | None:
