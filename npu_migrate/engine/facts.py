@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from npu_migrate.engine.fixes import is_guard_test
 from npu_migrate.engine.names import dotted_parts
 
 
@@ -48,6 +49,12 @@ class Facts:
     def fallback_of(self, node: cst.CSTNode) -> cst.IfExp | None:
         """The conditional expression whose `else` value `node` is, if any."""
         return next((c for c in reversed(self.conditionals) if c.orelse is node), None)
+
+    def kept_by_guard(self, node: cst.CSTNode, guard: str) -> bool:
+        """Whether `node` is the original a guarded fix kept (`... if <guard>(...) is None else
+        node`): fused already."""
+        conditional = self.fallback_of(node)
+        return conditional is not None and is_guard_test(conditional.test, guard)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._not_references.add(node.name)

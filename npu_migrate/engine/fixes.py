@@ -39,6 +39,35 @@ def framed(new: cst.BaseExpression, old: cst.BaseExpression) -> cst.BaseExpressi
     return new.with_changes(lpar=old.lpar or new.lpar, rpar=old.rpar or new.rpar)
 
 
+def guarded(
+    fused: cst.BaseExpression, guard: cst.BaseExpression, original: cst.BaseExpression
+) -> cst.BaseExpression:
+    """`(fused if guard is None else original)`: the fused operator where the guard finds its
+    limits hold for the values the program runs with, else the code as it was (its own
+    parentheses go inside the conditional's)."""
+    test = cst.Comparison(guard, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
+    bare = original.with_changes(lpar=[], rpar=[])
+    return cst.IfExp(test, fused, bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def guard_helper(guard: str) -> str:
+    """The helper a rule's guard calls (`why_not_npu_rotary_mul` of `why_not_npu_rotary_mul($X)`)."""
+    return guard.split("(", 1)[0].strip()
+
+
+def is_guard_test(test: cst.BaseExpression, guard: str) -> bool:
+    """Whether `test` is `<the guard's helper>(...) is None`: code a guarded fix wrote, whose
+    `else` is the original it keeps (not to be fused again)."""
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Call)
+        and isinstance(test.left.func, cst.Name)
+        and test.left.func.value == guard_helper(guard)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Is)
+    )
+
+
 def replace_expression(old: cst.BaseExpression, code: str) -> cst.BaseExpression:
     new = cst.parse_expression(code)
     return new.with_changes(lpar=old.lpar, rpar=old.rpar)

@@ -97,6 +97,15 @@ class Fix(Strict):
         "Python: a requirement beside another); $NAME inserts what the handler found there ($VERSION: "
         "a requirement's pinned version).",
     )
+    guard: str | None = Field(
+        default=None,
+        description="For template fixes: a call (of a helper, with $NAME as the template has them) "
+        "that returns why the fused operator cannot take this call's values at run time (a short "
+        "reason) or None. The code becomes `(<template> if <guard> is None else <the code as it "
+        "was>)`, and a statement run an `if`/`else` with the statements kept in the `else`: the "
+        "operator's limits on tensors (device, rank, dtype, head dim) are checked where they are "
+        "known, and the original runs unchanged where they do not hold.",
+    )
     keywords: KeywordEdit | None = None
     drop_unused_imports: list[DottedName] = Field(
         default_factory=list,
@@ -130,6 +139,22 @@ class Fix(Strict):
                 raise ValueError(f"helper {name} does not parse: {exc.message}") from None
             if not isinstance(statement, cst.FunctionDef | cst.ClassDef) or statement.name.value != name:
                 raise ValueError(f"helper {name} must be one `def {name}(...)` or `class {name}`")
+        return self
+
+    @model_validator(mode="after")
+    def _guard_is_a_call(self) -> Fix:
+        if self.guard is None:
+            return self
+        if not self.template:
+            raise ValueError("guard: only a template fix has a fused form to guard")
+        try:
+            guard = cst.parse_expression(self.guard.replace("$", "_m_"))
+        except cst.ParserSyntaxError as exc:
+            raise ValueError(f"guard does not parse: {exc.message}") from None
+        if not isinstance(guard, cst.Call) or not isinstance(guard.func, cst.Name):
+            raise ValueError("guard: one call of a helper, e.g. why_not_npu_rotary_mul($X, $COS, $SIN)")
+        if guard.func.value not in self.helpers:
+            raise ValueError(f"guard: {guard.func.value} is not one of the fix's helpers")
         return self
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from npu_migrate import __version__
 from npu_migrate.verify.orchestrate import Result
-from npu_migrate.verify.report import headline, mib, ranks_line, ratio, step_failures, tally
+from npu_migrate.verify.report import guard_tally, headline, mib, ranks_line, ratio, step_failures, tally
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -141,6 +141,7 @@ def _compared(result: Result) -> list[str]:
     rows.append(["npu-migrate", __version__])
     if result.migrated.fused_calls:
         rows.append(["fused operators run", tally(result.migrated.fused_calls)])
+    rows += [[f"guarded swap at {site}", guard_tally(runs)] for site, runs in result.migrated.guarded.items()]
     return _section("compared", "What was compared", _table(["", ""], rows))
 
 

@@ -73,6 +73,7 @@ class SideReport:
     optimizer_bytes: int | None = None
     fused_calls: dict[str, int] = field(default_factory=dict)  # torch_npu fused operator: calls (migrated)
     fused_sites: dict[str, int] = field(default_factory=dict)  # `file:qualname` in the tree: fused calls
+    guarded: dict[str, dict[str, int]] = field(default_factory=dict)  # `file:line`: "fused" or why not: runs
     dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
     elementwise: list[str] = field(default_factory=list)  # leaf modules without parameters (GELU, SiLU)

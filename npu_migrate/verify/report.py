@@ -30,6 +30,14 @@ def tally(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in counts.items())
 
 
+def guard_tally(outcomes: dict[str, int]) -> str:
+    """`fused 3 of 5; fell back 2 (not on the NPU)`: how a guarded swap's runs went."""
+    runs = sum(outcomes.values())
+    parts = [f"fused {outcomes.get('fused', 0)} of {runs}"]
+    parts += [f"fell back {count} ({why})" for why, count in outcomes.items() if why != "fused"]
+    return "; ".join(parts)
+
+
 def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
@@ -95,6 +103,8 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
     if result.migrated.fused_calls:
         calls = tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
+    for site, outcomes in result.migrated.guarded.items():
+        console.print(f"  guarded swap at {site}: {guard_tally(outcomes)}", markup=False)
     rows = comparison.forward_rows()
     verdict, _, rest = headline(comparison).partition(":")
     console.print(f"[{'green' if comparison.passed else 'red'}]{verdict}[/]:{rest}")
@@ -210,6 +220,7 @@ def write_json(path: Path, result: Result) -> None:
             "emulated": result.migrated.emulated,
             "fused_calls": result.migrated.fused_calls,
             "fused_sites": result.migrated.fused_sites,
+            "guarded": result.migrated.guarded,
             "dropout": result.migrated.dropout,
         },
         "trees": {"original": result.trees[0], "migrated": result.trees[1]},

@@ -240,13 +240,21 @@ def run(request: SideRequest) -> SideReport:
     import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
 
     with FusedCalls(torch_npu, Path(request.tree).resolve()) as fused:
-        report = _run(request, fused.paused)
+        try:
+            report = _run(request, fused.paused, fused.watch_guards)
+        finally:
+            fused.close()
     report.fused_calls = dict(sorted(fused.counts.items()))
     report.fused_sites = dict(sorted(fused.sites.items()))
+    report.guarded = {site: dict(outcomes.most_common()) for site, outcomes in sorted(fused.guards.items())}
     return report
 
 
-def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[Any]]) -> SideReport:
+def _run(
+    request: SideRequest,
+    uncounted: Callable[[], AbstractContextManager[Any]],
+    loaded: Callable[[], None] = lambda: None,
+) -> SideReport:
     import torch
 
     from npu_migrate.verify.capture import ModuleRecorder, RandomDraws, flatten, nbytes
@@ -254,6 +262,7 @@ def _run(request: SideRequest, uncounted: Callable[[], AbstractContextManager[An
     tree = Path(request.tree)
     torch.manual_seed(0)
     parts = unpack(load_entry(tree, request.entry)())
+    loaded()  # the tree's modules are imported: their guards can be watched
     model, inputs = parts["model"], parts["inputs"]
     device = torch.device(request.device)
     distributed = request.nproc > 0  # one rank of N: the entry placed and wrapped the model

@@ -26,16 +26,15 @@ def test_fused_llama_trains_like_the_original(tmp_path: Path) -> None:
     applied = run_cli(
         "apply", source, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path
     )
-    assert applied.returncode == 0, applied.stdout + applied.stderr  # a held fused op: a suggestion
-    assert "Left as it is (2: 1 held, 1 note)" in applied.stdout, "SDPA held, the SwiGLU advice"
-    # q comes back from apply_rotary's `(q * cos) + ...`: its rank is cos's too, which no code
-    # here shows (a module's argument), so BNSD is not proven and SDPA stays; RoPE is proven 4-D
-    # through the one call of apply_rotary, and rotate_half's body is the half rotation.
-    assert "NPU901 [held]" in applied.stdout and "`q` is 4-D" in applied.stdout
+    assert applied.returncode == 0, applied.stdout + applied.stderr  # a note: a suggestion
+    assert "Left as it is (1: 1 note)" in applied.stdout, "the SwiGLU advice"
+    # RoPE and SDPA get q and k handed in: what the operators need of them (4-D, their dtype,
+    # the head dim) is checked as the model runs, by the guards the rewrite writes beside them
     model = (migrated / "model.py").read_text()
-    for fused in ("npu_rms_norm", "npu_rotary_mul"):
+    for fused in ("npu_rms_norm", "npu_rotary_mul", "npu_fusion_attention"):
         assert f"torch_npu.{fused}(" in model
-    assert "F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)" in model
+    assert "if why_not_npu_rotary_mul(q, cos, sin, npu_rotary_mode(rotate_half)) is None" in model
+    assert "is None else F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))" in model
     assert "fused=True)" in (migrated / "train.py").read_text()
 
     original = subprocess.run(

@@ -140,9 +140,60 @@ def test_verify_can_migrate_a_copy_itself(tmp_path: Path) -> None:
     assert calls == {"npu_fusion_attention": 2 * (7 + 2)}, calls
     assert data["migrated"]["fused_sites"] == {"model.py:CausalSelfAttention.forward": 18}, data["migrated"]
     assert "fused operators the migrated side ran (forwards and steps): npu_fusion_attention x18" in output
+    # the swap carries its run-time guard, which let the fused operator run every time
+    guarded = data["migrated"]["guarded"]
+    assert list(guarded.values()) == [{"fused": 18}], guarded
+    assert f"guarded swap at {next(iter(guarded))}: fused 18 of 18" in output
     # the fused attention's emulation works in query blocks and the rule caches its causal mask:
     # the migration costs about what the original does
     assert data["memory"]["peak_ratio"] <= 1.5, data["memory"]
+
+
+WINDOWS = """
+class Model(torch.nn.Module):
+    # Swin-style attention over (B, windows, heads, tokens, dim), then one window's heads
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        windows = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        q, k, v = q[:, 0], k[:, 0], v[:, 0]
+        heads = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return windows.mean(1) + heads
+
+
+def build_double():
+    torch.manual_seed(0)
+    return Model().double(), (torch.randn(2, 3, 2, 5, 8, dtype=torch.float64),)
+"""
+
+
+def test_a_guarded_swap_falls_back_to_the_original_where_the_operator_cannot_run(tmp_path: Path) -> None:
+    """`verify --unsafe` migrates a copy and counts what each guard said: the 5-D window
+    attention keeps SDPA (npu_fusion_attention takes 4-D BNSD), the 4-D one is fused; in
+    float64, which the operator lacks, both keep SDPA and the numbers are the original's."""
+    tree = write_tree(tmp_path / "windows", WINDOWS)
+    (tree / "entry.py").write_text(
+        (tree / "entry.py").read_text().replace("torch.randn(2, 4)", "torch.randn(2, 3, 2, 5, 8)")
+    )
+    code, data, output = verify(tmp_path, tree, "--unsafe")
+    assert code == 0, output
+    by_line = {site.rsplit(":", 1)[1]: runs for site, runs in data["migrated"]["guarded"].items()}
+    windows, heads = (by_line[line] for line in sorted(by_line, key=int))
+    assert windows == {"5-D, not 4-D (B, N, S, D)": 7} and heads == {"fused": 7}, by_line
+    assert "fell back 7 (5-D, not 4-D (B, N, S, D))" in output
+    report = tmp_path / "double.json"
+    double = run_cli(
+        "verify", tree, "--unsafe", "--entry", "entry.py:build_double", "--json", report, cwd=tmp_path
+    )
+    assert double.returncode == 0, double.stdout + double.stderr
+    data = json.loads(report.read_text())
+    outcomes = [runs for runs in data["migrated"]["guarded"].values()]
+    assert {"torch.float64, not float16, bfloat16 or float32": 7} in outcomes, outcomes
+    assert not any("fused" in runs for runs in outcomes)
+    assert all(row["max_abs"] == 0 for row in data["rows"]), "the original ran: the same numbers"
 
 
 def test_mismatched_weights_are_reported_plainly(tmp_path: Path) -> None:

@@ -10,27 +10,17 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field
 
-from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, replace_expression
+from npu_migrate.engine.bindings import Bindings, module_scope, statement_of
+from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, guarded, replace_expression
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, mappings, passed
 from npu_migrate.engine.kinds.base import Candidate, Kind, Matcher
-from npu_migrate.engine.kinds.fields import (
-    RANKS,
-    ArgCondition,
-    QualifiedNames,
-    Strict,
-    head_dim_guard,
-    rank_guard,
-)
+from npu_migrate.engine.kinds.fields import ArgCondition, QualifiedNames, Strict
 from npu_migrate.engine.kinds.pattern import parses
 from npu_migrate.engine.names import NameTable, dotted_parts
 from npu_migrate.engine.patterns import Pattern, code_of, fill
-from npu_migrate.engine.ranks import Ranks, module_scope, statement_of
-from npu_migrate.engine.reasons import FUSED_BRANCH_NEVER_RUNS
 from npu_migrate.engine.regions import CALLED, Anchors, Token
-from npu_migrate.engine.shape_guard import held_for_shape
-from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter, components
 
 if TYPE_CHECKING:
@@ -71,8 +61,6 @@ class CallMatch(Strict):
         "the fallback: a call that is the `else` of a conditional expression whose test matches one "
         "is left alone (what a fix `fused if $attn_mask is None else <the call>` writes).",
     )
-    rank: RANKS = rank_guard("Parameters")
-    head_dim: list[str] = head_dim_guard("Parameters")
     moved_by: list[str] = Field(
         default_factory=list,
         description="Methods that move a value to a device (`cuda`, `npu`, `to` naming a device, "
@@ -81,12 +69,6 @@ class CallMatch(Strict):
         "assigned to, while that name still holds it (`acc = torch.zeros(...)`, then "
         "`acc = acc.to(device)` in the same function or script), what it makes being on the "
         "device as surely as with `device=`.",
-    )
-    fused_when_none: list[str] = Field(
-        default_factory=list,
-        description="Parameters whose None the fix's template tests to take the fused branch "
-        "(`fused if $attn_mask is None else <the call>`): where the function's code shows the "
-        "value is never None, the fused branch would never run, and the fix is held.",
     )
 
 
@@ -119,7 +101,10 @@ class CallMatcher(Matcher):
         if qualified is None:
             return []
         candidates = []
+        kept = self._kept_by_guard(original, qualified)
         for rule, specificity in self.kind.table.rules_for(qualified):
+            if rule.code in kept:
+                continue
             match = cast(CallMatch, rule.match)
             if match.moved_by and not self._moved(original, match.moved_by):
                 continue
@@ -130,11 +115,18 @@ class CallMatcher(Matcher):
             if match.unless_fallback_of and self._already_fallback(match, original):
                 continue
             fixed, imports = self._fixed(rule, match, qualified, original, updated)
-            held = None
-            if fixed is not None:
-                held = self._unproven_shape(match, original) or self._never_none(match, original)
-            candidates.append(Candidate(rule, fixed, imports, specificity=specificity, held=held))
+            candidates.append(Candidate(rule, fixed, imports, specificity=specificity))
         return candidates
+
+    def _kept_by_guard(self, original: cst.Call, qualified: str) -> set[str]:
+        """The rules a guarded fix already answered for this call, which it kept as its fallback
+        (`... if why_not_npu_x(...) is None else <this call>`): that rule's, and those it
+        supersedes (a report that the call was not fused)."""
+        kept: set[str] = set()
+        for rule, _ in self.kind.table.rules_for(qualified):
+            if rule.fix and rule.fix.guard and self.ctx.facts.kept_by_guard(original, rule.fix.guard):
+                kept |= {rule.code, *rule.supersedes}
+        return kept
 
     def _moved(self, original: cst.Call, methods: list[str]) -> bool:
         """Whether one of `methods` moves the call's result to a device: at once, or later through
@@ -158,7 +150,7 @@ class CallMatcher(Matcher):
                 and (node.func.attr.value != "to" or self._to_a_device(node))
             ):
                 continue
-            reaching = Ranks(scope, statement_of(scope, node)).reaching(target)
+            reaching = Bindings(scope, statement_of(scope, node)).reaching(target)
             if any(binding.value is original for binding in reaching):
                 return True
         return False
@@ -172,24 +164,6 @@ class CallMatcher(Matcher):
             Pattern.compile(test).match(conditional.test, self.ctx.table.qualify, dict(values)) is not None
             for test in match.unless_fallback_of
         )
-
-    def _unproven_shape(self, match: CallMatch, original: cst.Call) -> Hold | None:
-        if not match.rank and not match.head_dim:
-            return None
-        values = passed(original, {*match.rank, *match.head_dim}, match.signature)
-        return held_for_shape(self.ctx, match.rank, values, match.head_dim)
-
-    def _never_none(self, match: CallMatch, original: cst.Call) -> Hold | None:
-        functions, at = self.ctx.facts.functions, self.ctx.facts.line
-        if not match.fused_when_none or not functions or at is None:
-            return None
-        ranks = Ranks(functions[-1], at, callers=self.ctx.module)
-        for value in passed(original, match.fused_when_none, match.signature).values():
-            if ranks.never_none(value):
-                code = code_of(value, self.ctx.module)
-                why = f"the code shows `{code}` is never None, and the fix fuses the call only when it is"
-                return Hold(FUSED_BRANCH_NEVER_RUNS, why)
-        return None
 
     def _fixed(
         self, rule: Rule, match: CallMatch, qualified: str, original: cst.Call, updated: cst.Call
@@ -217,6 +191,10 @@ class CallMatcher(Matcher):
                         node, more = fill(default, codes, self.ctx.table.spell)
                         codes[name], needed = code_of(node, self.ctx.module), needed + more
                 node, more = fill(fix.template, codes, self.ctx.table.spell)
+                if fix.guard:
+                    guard, guard_needs = fill(fix.guard, codes, self.ctx.table.spell)
+                    assert isinstance(node, cst.BaseExpression) and isinstance(guard, cst.BaseExpression)
+                    node, more = guarded(node, guard, updated), [*more, *guard_needs]
             except ValueError:
                 return None, ()  # an argument the template needs is missing: report only
             if mapped:
@@ -272,9 +250,8 @@ class CallKind(Kind[CallMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """A condition on an argument's string or name is spelled in every match, and is often
-        rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A rank guard reads the
-        whole file: a parameter's rank is what every call of its function passes; a move is looked
-        for through a name in the whole function or script."""
+        rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A move is looked for
+        through a name in the whole function or script (so a script is read whole)."""
         for _, match in self.entries:
             alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
@@ -282,5 +259,5 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            reads_function = bool(match.rank or match.head_dim or match.fused_when_none or match.moved_by)
-            anchors.rule(*alternatives, function=reads_function, whole=reads_function)
+            moved = bool(match.moved_by)
+            anchors.rule(*alternatives, function=moved, whole=moved)

@@ -4,7 +4,7 @@ fix safety, severity, and where an argument sits in a call."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -12,7 +12,6 @@ from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import Applicability, Severity
 
 __all__ = [
-    "RANKS",
     "Applicability",
     "ArgCondition",
     "Argument",
@@ -48,29 +47,6 @@ def _compiles(value: str) -> str:
 
 
 Regex = Annotated[str, AfterValidator(_compiles)]
-
-
-# Tensor ranks a fix needs proven, by parameter or metavariable: not a filter but a guard.
-RANKS = dict[str, int | list[int]]
-
-
-def rank_guard(names: str) -> Any:
-    """The `rank:` field of a match kind, for its `names` (parameters, metavariables)."""
-    return Field(
-        default_factory=dict,
-        description=f"{names} whose tensor rank the function's code must prove (engine.ranks), else "
-        "the fix is held, e.g. {Q: 4} for an operator that reads (B, N, S, D), or {MASK: [2, 4]}.",
-    )
-
-
-def head_dim_guard(names: str) -> Any:
-    """The `head_dim:` field of a match kind, for its `names` (parameters, metavariables)."""
-    return Field(
-        default_factory=list,
-        description=f"{names} whose last axis a fused attention operator reads as the head dim (at "
-        "most 768): where the code shows another axis there (channel attention transposes the "
-        "tokens last) or a literal over 768, the fix is held (engine.axes).",
-    )
 
 
 class Strict(BaseModel):

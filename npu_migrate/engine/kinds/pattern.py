@@ -1,7 +1,8 @@
 """`pattern:` rules: code patterns with $NAME metavariables (an expression, a statement or a
 whole `def`), matched structurally with dotted names resolved through imports; guards on what
 metavariables may bind (plain names, excluded code, the data flow of `assigned`, the tensor
-ranks of `rank`, the body of a function it calls, `defines`); template fixes."""
+body of a function it calls, `defines`); template fixes, with a run-time guard where the rule
+has one."""
 
 from __future__ import annotations
 
@@ -12,18 +13,16 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
-from npu_migrate.engine.fixes import framed
+from npu_migrate.engine.fixes import framed, guarded
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.kinds.fields import RANKS, Strict, rank_guard
+from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.names import dotted_parts, is_docstring, method_of, statement_lines
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.regions import Anchors
-from npu_migrate.engine.shape_guard import held_for_shape
 from npu_migrate.prefilter import Prefilter
 
 if TYPE_CHECKING:
-    from npu_migrate.model import Hold
     from npu_migrate.rules.schema import Rule
 
 
@@ -53,7 +52,6 @@ class PatternMatch(Strict):
         "same function, e.g. '$A, $B = $X.chunk(2, dim=-1)': the names are assigned only there, "
         "and $X is a plain name not assigned there or after it.",
     )
-    rank: RANKS = rank_guard("Metavariables")
     defines: dict[str, list[list[Annotated[str, AfterValidator(parses)]]]] = Field(
         default_factory=dict,
         description="Functions the pattern calls by name that the file must define at its top level "
@@ -102,6 +100,8 @@ class PatternMatcher(Matcher):
                 bindings = pattern.match(original, self.ctx.table.qualify)
             if bindings is None:
                 continue
+            if rule.fix and rule.fix.guard and self.ctx.facts.kept_by_guard(original, rule.fix.guard):
+                continue
             hoists: tuple[Hoist, ...] | None = ()
             if match.assigned:
                 assignment = self._assignment(match, bindings)
@@ -110,21 +110,18 @@ class PatternMatcher(Matcher):
                 continue
             fixed: cst.CSTNode | None = None
             needed: list[str] = []
-            held = None
             if rule.fix and rule.fix.template:
                 codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
                 codes.update({h.variable: h.name for h in hoists})
                 fixed, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
+                if rule.fix.guard:
+                    guard, guard_needs = fill(rule.fix.guard, codes, self.ctx.table.spell)
+                    assert isinstance(fixed, cst.BaseExpression) and isinstance(guard, cst.BaseExpression)
+                    assert isinstance(updated, cst.BaseExpression)  # a guard is for expression patterns
+                    fixed, needed = guarded(fixed, guard, updated), [*needed, *guard_needs]
                 fixed = _framed_like(fixed, updated)
-                held = self._unproven_rank(match, bindings)
-            candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists, held=held))
+            candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists))
         return candidates
-
-    def _unproven_rank(self, match: PatternMatch, bindings: dict[str, cst.CSTNode]) -> Hold | None:
-        if not match.rank:
-            return None
-        values = {name: cast(cst.BaseExpression, bindings[name]) for name in match.rank if name in bindings}
-        return held_for_shape(self.ctx, match.rank, values)
 
     def _guards_hold(self, match: PatternMatch, bindings: dict[str, cst.CSTNode], hoisted: set[str]) -> bool:
         """Checks the pattern's guards (hoisted metavariables count as the plain names they become)."""
@@ -266,17 +263,15 @@ class PatternKind(Kind[PatternMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
-        data flow (or the ranks) of its function, needs that whole function. So does one that reads
-        a definition (`defines`): the `def` line spells the name called, so the function defined
-        is a region too. A rank guard reads the whole file: a parameter's rank is what every call
-        of its function passes."""
+        data flow of its function, needs that whole function. So does one that reads a definition
+        (`defines`): the `def` line spells the name called, so the function defined is a region
+        too; a method's (`self.NAME`) is found in its class, so the file is read whole."""
         for _, match in self.entries:
             pattern = Pattern.compile(match.pattern)
             anchors.rule(
                 *pattern.anchors(),
-                function=bool(match.assigned or match.rank or match.defines)
-                or pattern.root_type is cst.FunctionDef,
-                whole=bool(match.rank) or any(name.startswith("self.") for name in match.defines),
+                function=bool(match.assigned or match.defines) or pattern.root_type is cst.FunctionDef,
+                whole=any(name.startswith("self.") for name in match.defines),
             )
 
 

@@ -2,10 +2,10 @@
 they assign and read (eager attention written as `attn = q @ k.transpose(-2, -1) * scale`;
 `attn = attn.softmax(dim=-1)`; `x = attn @ v`), fused into one expression of the statement that
 reads the last of them. The fix removes the statements and puts the template in place of the
-`into` expression; it is made only where the data flow shows nothing else reads what the
-statements computed, and where the operator's documented limits that a rule names (tensor
-ranks, the class of a module called) are proven from the code. Otherwise the match is reported
-with the fix held, and why."""
+`into` expression (with a rule's run-time guard, under `if <guard> is None:`, the statements
+kept in the `else`); it is made only where the data flow shows nothing else reads what the
+statements computed, and where the class of a module called is the one the rule names.
+Otherwise the match is reported with the fix held, and why."""
 
 from __future__ import annotations
 
@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
-from npu_migrate.engine.fixes import framed
+from npu_migrate.engine.fixes import framed, is_guard_test
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
-from npu_migrate.engine.kinds.fields import RANKS, Strict, head_dim_guard, rank_guard
+from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.kinds.pattern import assigned_names, parses
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
 from npu_migrate.engine.reasons import OPERATOR_LIMIT_UNPROVEN, READ_ELSEWHERE
 from npu_migrate.engine.regions import Anchors, Token
-from npu_migrate.engine.shape_guard import unproven_shape
 from npu_migrate.model import Hold
 from npu_migrate.prefilter import Prefilter
 
@@ -79,8 +78,6 @@ class StatementsMatch(Strict):
     simple: list[str] = Field(
         default_factory=list, description="Metavariables that must match a plain name or attribute chain."
     )
-    rank: RANKS = rank_guard("Metavariables")
-    head_dim: list[str] = head_dim_guard("Metavariables")
     instance_of: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Metavariables matching an attribute (`self.attn_drop`) that the file must bind "
@@ -90,7 +87,7 @@ class StatementsMatch(Strict):
     @model_validator(mode="after")
     def _guards_name_metavariables(self) -> StatementsMatch:
         bound = set(METAVARIABLE.findall(" ".join(_sources(self))))
-        for guard in ("simple", "rank", "head_dim", "instance_of"):
+        for guard in ("simple", "instance_of"):
             unknown = set(getattr(self, guard)) - bound
             if unknown:
                 raise ValueError(
@@ -118,6 +115,7 @@ class _Edit:
     removed: tuple[cst.BaseStatement, ...]
     reader: cst.BaseStatement
     reader_fixed: cst.BaseStatement
+    guard: cst.BaseExpression | None  # the rule's run-time guard: the statements stay in an `else`
 
 
 class StatementsMatcher(Matcher):
@@ -126,9 +124,19 @@ class StatementsMatcher(Matcher):
     def __init__(self, ctx: FileContext, kind: Kind) -> None:
         super().__init__(ctx, kind)
         self._edits: dict[int, _Edit] = {}  # id(candidate) -> its edit
+        self._kept: dict[int, str] = {}  # id(block) -> the guard whose `else` it is (fused already)
 
     def hooks(self) -> tuple[dict[type, VisitHook], dict[type, LeaveHook]]:
-        return {}, {cst.IndentedBlock: self._leave}
+        return {cst.If: self._visit_if}, {cst.IndentedBlock: self._leave}
+
+    def _visit_if(self, node: cst.CSTNode) -> None:
+        """The `else` of `if <guard>(...) is None:` keeps what a guarded fix fused already."""
+        branch = cast(cst.If, node).orelse
+        if not isinstance(branch, cst.Else):
+            return
+        for rule, _ in self.kind.entries:
+            if rule.fix and rule.fix.guard and is_guard_test(cast(cst.If, node).test, rule.fix.guard):
+                self._kept[id(branch.body)] = rule.fix.guard
 
     def _leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[Candidate]:
         block, fixed_block = cast(cst.IndentedBlock, original), cast(cst.IndentedBlock, updated)
@@ -139,6 +147,8 @@ class StatementsMatcher(Matcher):
         taken: set[int] = set()
         for start in range(len(block.body) - 1):
             for rule, match in self.kind.entries:
+                if rule.fix and rule.fix.guard and self._kept.get(id(block)) == rule.fix.guard:
+                    continue
                 found = self._match_at(match, block.body, start)
                 if found is None or taken & set(range(start, found[0] + 1)):
                     continue
@@ -208,15 +218,8 @@ class StatementsMatcher(Matcher):
         fixed = self._fixed_reader(rule, bindings, fixed_block.body[reader_index], into)
         if fixed is None:
             return None
-        fixed_reader, needed = fixed
-        held = self._chain_read(removed, reader, into) or unproven_shape(
-            self.ctx.facts.functions[-1],
-            removed[0],
-            match.rank,
-            {name: cast(cst.BaseExpression, bindings[name]) for name in {*match.rank, *match.head_dim}},
-            self.ctx.module,
-            head_dim=match.head_dim,
-        )
+        fixed_reader, guard, needed = fixed
+        held = self._chain_read(removed, reader, into)
         instance_of = tuple(
             (parts[-1], tuple(classes))
             for name, classes in match.instance_of.items()
@@ -236,7 +239,7 @@ class StatementsMatcher(Matcher):
             at=(removed[0], reader),
             instance_of=instance_of,
         )
-        self._edits[id(candidate)] = _Edit(block.body, removed, reader, fixed_reader)
+        self._edits[id(candidate)] = _Edit(block.body, removed, reader, fixed_reader, guard)
         return candidate
 
     def _fixed_reader(
@@ -245,21 +248,27 @@ class StatementsMatcher(Matcher):
         bindings: dict[str, cst.CSTNode],
         fixed_reader: cst.BaseStatement,
         into: cst.CSTNode,
-    ) -> tuple[cst.BaseStatement, tuple[str, ...]] | None:
-        """The reader (as other fixes left it) with the template in place of `into`, and the
-        modules the template needs; None where another fix changed `into` (it is then not found
-        as it was) or the template needs a metavariable no statement bound."""
+    ) -> tuple[cst.BaseStatement, cst.BaseExpression | None, tuple[str, ...]] | None:
+        """The reader (as other fixes left it) with the template in place of `into`, the rule's
+        guard filled in (if it has one), and the modules both need; None where another fix
+        changed `into` (it is then not found as it was) or the template needs a metavariable no
+        statement bound."""
         assert rule.fix is not None and rule.fix.template
         codes = {name: code_of(node, self.ctx.module) for name, node in bindings.items()}
+        guard: cst.CSTNode | None = None
         try:
             template, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
+            if rule.fix.guard:
+                guard, guard_needs = fill(rule.fix.guard, codes, self.ctx.table.spell)
+                needed += guard_needs
         except ValueError:
             return None
         target = next((n for n in subtree(fixed_reader) if n.deep_equals(into)), None)
         if target is None or not isinstance(into, cst.BaseExpression):
             return None
         template = framed(cast(cst.BaseExpression, template), into)
-        return cast(cst.BaseStatement, fixed_reader.deep_replace(target, template)), tuple(needed)
+        reader = cast(cst.BaseStatement, fixed_reader.deep_replace(target, template))
+        return reader, cast(cst.BaseExpression | None, guard), tuple(needed)
 
     def _chain_read(
         self, removed: tuple[cst.BaseStatement, ...], reader: cst.BaseStatement, into: cst.CSTNode
@@ -290,22 +299,45 @@ class StatementsMatcher(Matcher):
         return None
 
     def compose(self, updated: cst.CSTNode, applied: Sequence[Candidate]) -> Fixed:
-        """The block without the removed statements, each reader fixed."""
+        """The block without the removed statements, each reader fixed; a guarded edit puts the
+        fixed reader under `if <guard> is None:` and the statements as they were (with other
+        fixes' edits) under its `else`."""
         edits = [self._edits[id(c)] for c in applied]
         block = cast(cst.IndentedBlock, updated)
-        gone = {id(s) for edit in edits for s in edit.removed}
+        removing = {id(s): edit for edit in edits for s in edit.removed}
         readers = {id(edit.reader): edit for edit in edits}
+        kept: dict[int, list[cst.BaseStatement]] = {}  # id(edit) -> its statements, for the `else`
         body: list[cst.BaseStatement] = []
         for original, statement in zip(edits[0].body, block.body, strict=True):
-            if id(original) in gone:
+            if (edit := removing.get(id(original))) is not None:
+                kept.setdefault(id(edit), []).append(statement)
                 continue
             edit = readers.get(id(original))
             if edit is not None:
-                comments = [line for line in _leading(original) if line.comment is not None]
-                heading = [*_leading(edit.removed[0]), *comments]
-                statement = edit.reader_fixed.with_changes(leading_lines=heading)
+                if edit.guard is None:
+                    comments = [line for line in _leading(original) if line.comment is not None]
+                    heading = [*_leading(edit.removed[0]), *comments]
+                    statement = edit.reader_fixed.with_changes(leading_lines=heading)
+                else:
+                    statement = _guarded_block(edit, [*kept[id(edit)], statement])
             body.append(statement)
         return block.with_changes(body=body)
+
+
+def _guarded_block(edit: _Edit, original: list[cst.BaseStatement]) -> cst.If:
+    """`if <guard> is None: <fixed reader>` `else: <the statements and reader as they were>`;
+    the lines above the first statement go above the `if`."""
+    assert edit.guard is not None
+    test = cst.Comparison(edit.guard, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
+    fused = edit.reader_fixed.with_changes(leading_lines=())
+    first, *rest = original
+    unfused = [first.with_changes(leading_lines=()), *rest]
+    return cst.If(
+        test,
+        cst.IndentedBlock([fused]),
+        orelse=cst.Else(cst.IndentedBlock(unfused)),
+        leading_lines=_leading(first),
+    )
 
 
 def _leading(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:

@@ -1,0 +1,154 @@
+"""Which assignments of a name reach a statement of a function (or a script's top level, read
+as one): the last binding that always runs before it, and those in branches after that one. A
+call's result moved to a device later through the name it was given (`acc = torch.zeros(...)`,
+then `acc = acc.to(device)`) is found through them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import cast
+
+import libcst as cst
+
+from npu_migrate.engine.holds import subtree
+
+
+@dataclass(frozen=True)
+class Binding:
+    value: cst.BaseExpression | None  # None: unknown
+    index: int | None  # the element of a tuple target it binds, if any
+    conditional: bool  # inside a compound statement that does not hold the point asked about
+    order: int  # bindings are numbered in source order
+
+
+def number(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer | cst.Float) or (
+        isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer | cst.Float)
+    )
+
+
+class Bindings:
+    """The bindings of names in one function, before one statement of it."""
+
+    def __init__(self, function: cst.FunctionDef, at: cst.CSTNode) -> None:
+        self.function = function
+        self.at = at
+        self._bindings: dict[str, list[Binding]] = {}
+        self._count = 0
+        self._read(function.body, conditional=False)
+
+    def reaching(self, name: str, before: int = 1 << 30) -> list[Binding]:
+        """The bindings of `name` that may give its value before binding number `before`: the
+        last one that always runs and those in branches after it; none where no binding always
+        runs."""
+        bindings = [b for b in self._bindings.get(name, []) if b.order < before]
+        last = next((i for i in range(len(bindings) - 1, -1, -1) if not bindings[i].conditional), None)
+        return [] if last is None else bindings[last:]
+
+    def _read(self, body: cst.BaseSuite, conditional: bool) -> bool:
+        """Records the bindings before `self.at`; True once `self.at` is reached."""
+        if isinstance(body, cst.SimpleStatementSuite):  # `if x: a = b`
+            for small in body.body:
+                self._bind(small, conditional)
+            return False
+        for statement in cast(cst.IndentedBlock, body).body:
+            if statement is self.at:
+                return True
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    self._bind(small, conditional)
+                continue
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                self._add(statement.name.value, None, None, conditional)  # a definition: no tensor
+                continue
+            assert isinstance(statement, cst.BaseCompoundStatement)
+            for suite in _suites(statement):
+                if _contains(suite, self.at):
+                    return self._read(suite, conditional)
+            for suite in _suites(statement):
+                self._read(suite, conditional=True)
+            for name in _header_names(statement):
+                self._add(name, None, None, conditional)  # a loop target, `with ... as x`: unknown
+        return False
+
+    def _add(self, name: str, value: cst.BaseExpression | None, index: int | None, conditional: bool) -> None:
+        """A binding of `name` (value None: one whose value is not known)."""
+        self._count += 1
+        self._bindings.setdefault(name, []).append(Binding(value, index, conditional, self._count))
+
+    def _bind(self, statement: cst.BaseSmallStatement, conditional: bool) -> None:
+        if isinstance(statement, cst.Assign):
+            for target in statement.targets:
+                self._bind_target(target.target, statement.value, conditional)
+        elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+            self._bind_target(statement.target, statement.value, conditional)
+        elif (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.target, cst.Name)
+            and not number(statement.value)  # `x *= 2` keeps the tensor; anything else: unknown
+        ):
+            self._add(statement.target.value, None, None, conditional)
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression, conditional: bool) -> None:
+        if isinstance(target, cst.Name):
+            self._add(target.value, value, None, conditional)
+        elif isinstance(target, cst.Tuple | cst.List):
+            for index, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    starred = isinstance(element, cst.StarredElement)
+                    if starred:
+                        self._add(element.value.value, None, None, conditional)
+                    else:
+                        self._add(element.value.value, value, index, conditional)
+
+
+def module_scope(module: cst.Module) -> cst.FunctionDef:
+    """A script's top level read as the body of a function without parameters, so that its
+    bindings are followed as a function's are (the statements are the module's own nodes)."""
+    return cst.FunctionDef(cst.Name("_"), cst.Parameters(), cst.IndentedBlock(body=module.body))
+
+
+def statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement of `function`'s own body (at any depth of blocks) that holds `node`."""
+    for statement in subtree(function.body):
+        if isinstance(statement, cst.SimpleStatementLine) and _contains(statement, node):
+            return statement
+    return node
+
+
+def _suites(statement: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
+    """The bodies of a compound statement, in order (an `if`'s elif/else chain included)."""
+    node: cst.CSTNode | None = statement
+    while node is not None:
+        body = getattr(node, "body", None)
+        if isinstance(body, cst.BaseSuite):
+            yield body
+        for handler in getattr(node, "handlers", ()):
+            yield handler.body
+        for case in getattr(node, "cases", ()):
+            yield case.body
+        for attribute in ("orelse", "finalbody"):
+            extra = getattr(node, attribute, None)
+            if isinstance(extra, cst.If):
+                yield from _suites(extra)
+            elif extra is not None and isinstance(getattr(extra, "body", None), cst.BaseSuite):
+                yield extra.body
+        node = None
+
+
+def _header_names(statement: cst.BaseCompoundStatement) -> Iterator[str]:
+    """The names a compound statement's header binds (a loop's target, `with ... as x`)."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(statement, cst.For):
+        targets.append(statement.target)
+    if isinstance(statement, cst.With):
+        targets += [item.asname.name for item in statement.items if item.asname is not None]
+    for target in targets:
+        for node in subtree(target):
+            if isinstance(node, cst.Name):
+                yield node.value
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in subtree(tree))
