@@ -241,11 +241,19 @@ def _same(
     leaf = _LEAF_FIELDS.get(type(pattern))
     if leaf and getattr(pattern, leaf) != getattr(node, leaf):
         return False
-    mine = [c for c in pattern.children if not isinstance(c, _IGNORED)]
-    theirs = [c for c in node.children if not isinstance(c, _IGNORED)]
+    mine, theirs = _parts(pattern), _parts(node)
     return len(mine) == len(theirs) and all(
         _same(p, n, bindings, qualify) for p, n in zip(mine, theirs, strict=True)
     )
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _parts(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """A node's children that a match compares (whitespace aside). libcst collects children by
+    visiting the node, and every pattern of every rule asks about the same nodes of a file, so
+    the last ones asked about are kept (nodes are equal only to themselves: a new file's nodes
+    are new keys)."""
+    return tuple(c for c in node.children if not isinstance(c, _IGNORED))
 
 
 class _Spelling(cst.CSTTransformer):

@@ -78,7 +78,7 @@ class Token:
 class _Rule:
     alternatives: tuple[frozenset[Token], ...]
     function: bool
-    whole: bool = False  # its matches read the whole file (the callers of their function)
+    whole: re.Pattern[str] | bool = False  # its matches read the whole file (where the text spells this)
 
 
 @dataclass
@@ -91,10 +91,13 @@ class Anchors:
     _string_regexes: tuple[str, ...] = ()
     anywhere: bool = False  # some rule has no anchor: every file is parsed whole
 
-    def rule(self, *alternatives: Iterable[Token], function: bool = False, whole: bool = False) -> None:
+    def rule(
+        self, *alternatives: Iterable[Token], function: bool = False, whole: re.Pattern[str] | bool = False
+    ) -> None:
         """One rule's anchors; `function`: its matches need their whole enclosing function;
-        `whole`: the whole file, wherever it spells them (a guard that follows a function's
-        parameters to every call of it)."""
+        `whole`: the whole file, wherever it spells them (a move looked for through a script's
+        names), or where the text also spells this regex (the `def` of a method a match reads
+        from its class)."""
         choices = tuple(frozenset(a) for a in alternatives)
         if not choices or not all(choices):
             self.anywhere = True
@@ -178,7 +181,10 @@ class Survey:
     @property
     def whole(self) -> bool:
         """Whether a rule the file may spell reads the whole file: then it is parsed whole."""
-        return any(rule.whole for rule in self.rules)
+        return any(
+            rule.whole is True or (rule.whole and rule.whole.search(self.text) is not None)
+            for rule in self.rules
+        )
 
     def lines(self, bindings: Iterable[tuple[str, str]], starts: list[int]) -> tuple[list[int], list[int]]:
         """The lines with an anchor: (for statement rules, for function rules). Of each rule's

@@ -6,6 +6,7 @@ has one."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, cast
@@ -265,14 +266,21 @@ class PatternKind(Kind[PatternMatch]):
         """A pattern's anchors (see Pattern.anchors); a match of a whole `def`, or one guarded by the
         data flow of its function, needs that whole function. So does one that reads a definition
         (`defines`): the `def` line spells the name called, so the function defined is a region
-        too; a method's (`self.NAME`) is found in its class, so the file is read whole."""
+        too; a method's (`self.NAME`) is found in its class: a file that defines it is read whole."""
         for _, match in self.entries:
             pattern = Pattern.compile(match.pattern)
             anchors.rule(
                 *pattern.anchors(),
                 function=bool(match.assigned or match.defines) or pattern.root_type is cst.FunctionDef,
-                whole=any(name.startswith("self.") for name in match.defines),
+                whole=_methods_defined(match.defines),
             )
+
+
+def _methods_defined(defines: dict[str, list[list[str]]]) -> re.Pattern[str] | bool:
+    """The `def` lines of the methods (`self.NAME`) a match reads from its class: a file that
+    has one is read whole, as regions hold only the method the match is in."""
+    methods = [re.escape(name.removeprefix("self.")) for name in defines if name.startswith("self.")]
+    return re.compile(rf"\bdef\s+(?:{'|'.join(methods)})\s*\(") if methods else False
 
 
 def assigned_names(statement: cst.CSTNode) -> set[str]:
