@@ -21,10 +21,15 @@ Prints:
     upper bound since forked workers share pages with their parent;
   * whether the JSON of the cold and warm scans is byte-identical;
   * apply --dry-run --no-cache on the copy (it writes nothing), wall time;
-then each time as a ratio to floor B, and PASS/FAIL against the targets. Each measurement runs
---repeat times (default 3) and the fastest counts, which keeps a busy machine's noise out of the
-ratios; every cold scan starts from an empty cache folder of its own, and apply runs --no-cache.
-Scan exits 1 when it finds something: that is not a failure. The script always exits 0: it is a report."""
+then each time as a ratio to floor B, and PASS/FAIL against the targets. Last, the same tree
+against an older build (--baseline, default b9aa50c, the build before the static shape proofs;
+a git worktree of it in the scratch folder, on PYTHONPATH), both in this run: CPU-seconds (the
+process and its workers, from wait4's rusage) of a single-worker cold scan, of a warm rescan, and
+of a one-file scan (timm's vision_transformer.py), this build's cold scan to be no slower.
+Each measurement runs --repeat times (default 3) and the fastest counts, which keeps a busy
+machine's noise out of the ratios; every cold scan starts from an empty cache folder of its own,
+and apply runs --no-cache. Scan exits 1 when it finds something: that is not a failure. The
+script always exits 0: it is a report."""
 
 from __future__ import annotations
 
@@ -56,6 +61,8 @@ WARM_SECONDS = 0.5
 ONE_CHANGE_SECONDS = 1.0
 PEAK_RSS_BYTES = 500 * 1000 * 1000
 MIB = 1024 * 1024
+BASELINE = "b9aa50c"  # the build before the static shape proofs (issue 42)
+REPOSITORY = Path(__file__).resolve().parent.parent
 
 
 def timm_tree() -> Path:
@@ -84,6 +91,7 @@ class Run:
     stderr: bytes
     max_rss: int | None  # bytes, the largest single process (the run or a child it waited for)
     tree_rss: int | None  # bytes, the sampled peak of all its processes together (Linux)
+    cpu: float | None  # user + system seconds of the run and the children it waited for
 
 
 class TreeRss:
@@ -119,9 +127,12 @@ class TreeRss:
             self._stop.wait(self.interval)
 
 
-def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> Run:
-    """One `python -m npu_migrate ARGS` process: wall time, output and peak memory."""
+def run_cli(args: list[str], env: dict[str, str], cwd: Path, build: Path | None = None) -> Run:
+    """One `python -m npu_migrate ARGS` process: wall time, CPU time, output and peak memory;
+    `build`: a checkout of another build of npu-migrate, run instead of this one."""
     command = [sys.executable, "-m", "npu_migrate", *args]
+    if build is not None:
+        env = {**env, "PYTHONPATH": str(build)}
     with tempfile.TemporaryFile() as stderr:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd)
@@ -135,13 +146,20 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> Run:
                 process.returncode = os.waitstatus_to_exitcode(status)
                 scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
                 max_rss: int | None = usage.ru_maxrss * scale
+                cpu: float | None = usage.ru_utime + usage.ru_stime
             else:
                 process.wait()
                 seconds = time.perf_counter() - start
-                max_rss = None
+                max_rss = cpu = None
         stderr.seek(0)
         return Run(
-            seconds, process.returncode, stdout, stderr.read(), max_rss, tree.peak if tree.available else None
+            seconds,
+            process.returncode,
+            stdout,
+            stderr.read(),
+            max_rss,
+            tree.peak if tree.available else None,
+            cpu,
         )
 
 
@@ -181,6 +199,9 @@ def main() -> None:
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="scan workers")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of each measurement; the fastest counts (default 3)"
+    )
+    parser.add_argument(
+        "--baseline", default=BASELINE, help=f"the older build compared in the same run (default {BASELINE})"
     )
     args = parser.parse_args()
     original = args.tree or timm_tree()
@@ -284,6 +305,50 @@ def main() -> None:
             rss + " (largest process)",
         )
         verdict("cold == warm output", identical, "byte-identical" if identical else "differs")
+        against_baseline(args.baseline, tree, env, work, repeat)
+
+
+def against_baseline(commit: str, tree: Path, env: dict[str, str], work: Path, repeat: range) -> None:
+    """This build and `commit`'s, on the same tree in the same run: cold, warm and one-file scans
+    in CPU-seconds (single worker, the fastest of the repeats)."""
+    baseline = work / "baseline"
+    added = subprocess.run(
+        ["git", "-C", str(REPOSITORY), "worktree", "add", "--detach", str(baseline), commit],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if added.returncode:
+        print(f"\nno baseline: git worktree add {commit} failed: {added.stderr.strip()}")
+        return
+    try:
+        one = next(tree.rglob("vision_transformer.py"), None) or max(tree.rglob("*.py"), key=_size)
+        builds = {f"baseline {commit}": baseline, "this build": REPOSITORY}
+        figures: dict[str, list[float]] = {}
+        for label, build in builds.items():
+            scan = ["scan", "--format", "json", "-j", "1"]
+            caches = [{**env, "XDG_CACHE_HOME": str(work / f"b-{label}-{i}")} for i in repeat]
+            cold = [run_cli([*scan, str(tree)], cache, work, build) for cache in caches]
+            warm = [run_cli([*scan, str(tree)], caches[0], work, build) for _ in repeat]  # its cache is full
+            single = [run_cli([*scan, "--no-cache", str(one)], env, work, build) for _ in repeat]
+            figures[label] = [min(r.cpu or r.seconds for r in runs) for runs in (cold, warm, single)]
+        print()
+        print(f"against the baseline, CPU-seconds (-j 1, fastest of {len(repeat)}):")
+        print(f"  {'':<24} {'cold scan':>10} {'warm rescan':>12} {one.name:>24}")
+        for label, (cold_cpu, warm_cpu, one_cpu) in figures.items():
+            print(f"  {label:<24} {cold_cpu:>10.2f} {warm_cpu:>12.2f} {one_cpu:>24.2f}")
+        ours, theirs = figures["this build"][0], figures[f"baseline {commit}"][0]
+        verdict(f"cold scan no slower than {commit}", ours <= theirs, f"{ours:.2f} vs {theirs:.2f} CPU-s")
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPOSITORY), "worktree", "remove", "--force", str(baseline)],
+            capture_output=True,
+            check=False,
+        )
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ def f(device, flag):
 
 
 def _function() -> cst.FunctionDef:
-    function = cst.parse_module(CODE).body[0]
+    function = cst.parse_module(CODE).body[0]  # the code's one function
     assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
     return function
 
 
 def _values(bindings: Bindings, name: str) -> list[str]:
-    return [cst.Module([]).code_for_node(b.value) if b.value is not None else "?" for b in bindings.reaching(name)]
+    reaching = bindings.reaching(name)
+    return [cst.Module([]).code_for_node(b.value) if b.value is not None else "?" for b in reaching]
 
 
 def test_the_last_binding_that_always_runs_and_the_branches_after_it_reach() -> None:

@@ -441,6 +441,7 @@ def npu_rms_norm(self: Tensor, gamma: Tensor, epsilon: float = 1e-06) -> tuple[T
 
 _ROTARY_MODES = ("half", "interleave")
 _ROTARY_MAX_HEAD_DIM = 896
+_ROTARY_MAX_BATCH_HEADS = 1000  # B and N each, or B * N in interleave mode
 
 
 def _check_rotary_coefficients(input: Tensor, r1: Tensor, r2: Tensor, rotary_mode: str) -> None:
@@ -481,8 +482,9 @@ def npu_rotary_mul(
     ``'half'``: ``x_new = cat(-x2, x1)`` on the two halves of D (GPT-NeoX / Hugging Face ``rotate_half``).
     ``'interleave'``: pairs ``(x0, x1) -> (-x1, x0)`` (Meta's complex form; cos/sin repeated per pair).
     With ``rotate`` given, ``x_new = input @ rotate`` and ``rotate`` gets no gradient, as documented.
-    Traps: input and r1/r2 must be 4-D (BNSD, BSND or SBND) with D even and below 896; r1/r2 broadcast over
-    B/N (interleave: only S may differ from 1); the doc's interleave ``rotate`` example lacks the minus sign.
+    Traps: input and r1/r2 must be 4-D (BNSD, BSND or SBND) with D even and below 896, and B and N below 1000
+    (interleave: B * N), read here as the two shorter of the first three axes; r1/r2 broadcast over B/N
+    (interleave: only S may differ from 1); the doc's interleave ``rotate`` example lacks the minus sign.
     """
     op = "npu_rotary_mul"
     if rotary_mode not in _ROTARY_MODES:
@@ -497,6 +499,14 @@ def npu_rotary_mul(
             f"{op}: the last dimension D must be even and < {_ROTARY_MAX_HEAD_DIM}; got {head_dim}"
         )
     _check_rotary_coefficients(input, r1, r2, rotary_mode)
+    batch, heads = sorted(input.shape[:3])[:2]  # B and N: the layout's axes other than S, the longest
+    if max(batch, heads) >= _ROTARY_MAX_BATCH_HEADS or (
+        rotary_mode == "interleave" and batch * heads >= _ROTARY_MAX_BATCH_HEADS
+    ):
+        raise ValueError(
+            f"{op}: B and N must be below {_ROTARY_MAX_BATCH_HEADS} (interleave: B * N); "
+            f"got shape {tuple(input.shape)}"
+        )
     if rotate is not None:
         _check_dtype(op, "rotate", rotate)
         if rotate.shape != (head_dim, head_dim):

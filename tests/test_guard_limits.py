@@ -1,0 +1,118 @@
+"""The run-time guards fused fixes write (the rules' `why_not_npu_*` helpers), checked against
+torch_npu 2.13's own documentation of each operator's limits (its `_op_plugin_docs.py`, from the
+pinned wheel tests/sources.py fetches): every limit read from the docs is where the guard draws
+it, one step inside passes and one step outside is refused. The guards read only a tensor's
+metadata (device, rank, dtype, shape), so plain stand-ins carry it here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from npu_migrate.rules.load import load_rules
+from tests.sources import torch_npu_sources
+
+torch = pytest.importorskip("torch")
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass
+class Meta:
+    """What a guard reads of a tensor."""
+
+    shape: tuple[int, ...]
+    dtype: Any = field(default_factory=lambda: torch.float16)
+    device: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(type="npu"))
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def guard(name: str):
+    """The guard helper `name` as the rules write it into a file."""
+    codes = {code for rule in load_rules() if rule.fix for n, code in rule.fix.helpers.items() if n == name}
+    assert len(codes) == 1, f"{name}: one text in every rule that writes it"
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(codes.pop(), namespace)
+    return namespace[name]
+
+
+@pytest.fixture(scope="module")
+def docs() -> str:
+    return (torch_npu_sources() / "_op_plugin_docs.py").read_text(encoding="utf-8")
+
+
+def section(docs: str, operator: str) -> str:
+    """The documentation of one operator: from its signature line to the next signature."""
+    start = docs.index(f"torch_npu.{operator}(")
+    end = docs.find("\ntorch_npu.", start + 1)
+    return docs[start:end]
+
+
+def number(pattern: str, text: str) -> int:
+    found = re.search(pattern, text)
+    assert found, f"the docs no longer say {pattern!r}"
+    return int(found.group(1))
+
+
+def test_the_attention_guard_draws_the_documented_limits(docs: str) -> None:
+    text = section(docs, "npu_fusion_attention")
+    max_head_dim = number(r"D: Head Dim必须满足Dq=Dk和Dk≥Dv\uff0c取值范围1~(\d+)", text)
+    max_heads = number(r"Nq取值范围1~(\d+)", text)
+    dtypes = re.search(r"query: Tensor类型, 数据类型支持([^,]+),", text)
+    assert dtypes is not None
+    documented = {DTYPES[name] for name in dtypes.group(1).split("、")}
+    why_not = guard("why_not_npu_fusion_attention")
+
+    def asked(heads: int = 2, kv_heads: int = 2, head_dim: int = 64, dtype=torch.float16, rank: int = 4):
+        q = Meta((1, heads, 4, head_dim)[-rank:] if rank <= 4 else (1, 1, heads, 4, head_dim), dtype)
+        kv = Meta((1, kv_heads, 6, head_dim) if rank == 4 else q.shape, dtype)
+        return why_not(q, kv, kv, scale=0.125)
+
+    assert asked(head_dim=max_head_dim) is None
+    assert "head dim" in asked(head_dim=max_head_dim + 1)
+    assert asked(heads=max_heads, kv_heads=max_heads // 4) is None
+    assert "query heads" in asked(heads=max_heads + 4, kv_heads=4)
+    assert "query heads" in asked(heads=6, kv_heads=4), "a multiple of the key heads"
+    assert documented == set(DTYPES.values())
+    assert all(asked(dtype=dtype) is None for dtype in documented)
+    assert "float64" in asked(dtype=torch.float64)
+    assert "5-D" in asked(rank=5)
+    off = Meta((1, 2, 4, 64), device=SimpleNamespace(type="cpu"))
+    assert why_not(off, off, off) == "not on the NPU"
+    assert why_not(Meta((1, 2, 4, 64)), Meta((1, 2, 4, 64)), Meta((1, 2, 4, 64)), scale=Meta(())) is not None
+
+
+def test_the_rotary_guard_draws_the_documented_limits(docs: str) -> None:
+    text = section(docs, "npu_rotary_mul")
+    below_head_dim = number(r"D < (\d+)\uff0c且为2的倍数", text)
+    below_batch_heads = number(r"B, N < (\d+)", text)
+    below_interleaved = number(r"B \* N < (\d+)", text)
+    assert re.search(r"input\uff1a必选输入\uff0c4维Tensor\uff0c数据类型float16, bfloat16, float32", text)
+    why_not = guard("why_not_npu_rotary_mul")
+
+    def asked(shape: tuple[int, ...], table: tuple[int, ...] | None = None, mode: str = "half", dtype=None):
+        table = table or ((1, 1, shape[2], shape[-1]) if len(shape) == 4 else shape)
+        x = Meta(shape, dtype or torch.bfloat16)
+        return why_not(x, Meta(table, x.dtype), Meta(table, x.dtype), mode)
+
+    assert asked((1, 2, 8, below_head_dim - 2)) is None
+    assert "D " in asked((1, 2, 8, below_head_dim))
+    assert "D " in asked((1, 2, 8, 63)), "D must be even"
+    assert asked((below_batch_heads - 1, 2, 4096, 64)) is None
+    assert "B and N" in asked((below_batch_heads, 2, 4096, 64))
+    assert asked((2, below_interleaved // 2 - 1, 4096, 64), mode="interleave") is None
+    assert "B and N" in asked((2, below_interleaved // 2, 4096, 64), mode="interleave")
+    assert "4-D" in asked((2, 8, 64), (8, 64))
+    assert "float64" in asked((1, 2, 8, 64), dtype=torch.float64)
+    assert all(asked((1, 2, 8, 64), dtype=dtype) is None for dtype in DTYPES.values())
+    assert "cos and sin" in asked((2, 2, 8, 64), (2, 1, 8, 64), mode="interleave"), (
+        "interleave: 11SD, 1S1D, S11D"
+    )
+    assert asked((2, 2, 8, 64), (2, 1, 8, 64)) is None, "half: B1SD"
+    assert "neither" in why_not(Meta((1, 2, 8, 64)), Meta((8, 64)), Meta((8, 64)), None)
