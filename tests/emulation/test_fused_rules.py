@@ -195,6 +195,22 @@ def packed_sequences(query_heads: int) -> list[torch.Tensor]:
 
 
 DTYPES = [torch.float32, torch.bfloat16]
+MEGATRON_ROTATE_HALF = (  # megatron/core/models/common/embeddings/rope_utils.py (core_v0.12.1)
+    "def _rotate_half(x, rotary_interleaved):\n"
+    "    if not rotary_interleaved:\n"
+    "        x1, x2 = torch.chunk(x, 2, dim=-1)\n"
+    "        return torch.cat((-x2, x1), dim=-1)\n"
+    "    else:\n"
+    "        x1 = x[:, :, :, ::2]\n"
+    "        x2 = x[:, :, :, 1::2]\n"
+    "        x_new = torch.stack((-x2, x1), dim=-1)\n"
+    "        return x_new.view(x_new.shape[0], x_new.shape[1], x_new.shape[2], -1)\n\n"
+)
+MEGATRON_ROPE = (  # its _apply_rotary_pos_emb_bshd: t (S, B, N, D), freqs (S, 1, 1, D)
+    "    cos_ = torch.cos(freqs).to(t.dtype)\n"
+    "    sin_ = torch.sin(freqs).to(t.dtype)\n"
+    "    return (t * cos_) + (_rotate_half(t, {flag}) * sin_)\n"
+)
 
 CASES = {
     "NPU901-causal": (
@@ -256,7 +272,7 @@ CASES = {
     "NPU917-swiglu-chunk-of-call": (
         "def f(x, w):\n    a, b = torch.matmul(x, w).chunk(2, dim=-1)\n    return F.silu(a) * b\n",
         "    a_b = torch.matmul(x, w)\n    a, b = a_b.chunk(2, dim=-1)\n"
-        "    return torch_npu.npu_swiglu(a_b, dim=-1)",
+        "    return (torch_npu.npu_swiglu(a_b, dim=-1) if why_not_npu_swiglu(a_b) is None",
         lambda: [randn(3, 5, 8), randn(8, 12)],
     ),
     "NPU926-varlen-causal": (
@@ -338,6 +354,26 @@ CASES = {
         "def f(x, w):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w\n",
         "npu_rms_norm(x, torch.ones(",
         lambda: [randn(2, 7, 32), randn(32)],
+    ),
+    "NPU905-qk-norm-mean-keyword": (  # a QK norm, the mean's dim by keyword, the square as ** 2
+        "def f(q, w):\n    return q * torch.rsqrt((q ** 2).mean(dim=-1, keepdim=True) + 1e-6) * w\n",
+        "if why_not_npu_rms_norm(q) is None",
+        lambda: [randn(2, 4, 7, 16), randn(16)],
+    ),
+    "NPU917-megatron-swiglu": (  # megatron/core/fusions/fused_bias_swiglu.py
+        "def f(y):\n    y_1, y_2 = torch.chunk(y, 2, -1)\n    return F.silu(y_1) * y_2\n",
+        "torch_npu.npu_swiglu(y, dim=-1)",
+        lambda: [randn(5, 2, 12)],
+    ),
+    "NPU973-megatron-rope-half": (
+        MEGATRON_ROTATE_HALF + "def f(t, freqs):\n" + MEGATRON_ROPE.format(flag=False),
+        "npu_rotary_mode(_rotate_half, False)",
+        lambda: [randn(6, 2, 3, 8), randn(6, 1, 1, 8)],
+    ),
+    "NPU973-megatron-rope-interleaved": (
+        MEGATRON_ROTATE_HALF + "def f(t, freqs):\n" + MEGATRON_ROPE.format(flag=True),
+        "npu_rotary_mode(_rotate_half, True)",
+        lambda: [randn(6, 2, 3, 8), randn(6, 1, 1, 8)],
     ),
     "NPU906-rotary-half": (
         ROTATE_HALF + "def f(q, cos, sin):\n" + "    return (q * cos) + (rotate_half(q) * sin)\n",

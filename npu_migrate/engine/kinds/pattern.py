@@ -35,9 +35,14 @@ def parses(value: str) -> str:
     return value
 
 
+PatternSource = Annotated[str, AfterValidator(parses)]
+
+
 class PatternMatch(Strict):
-    pattern: Annotated[str, AfterValidator(parses)] = Field(
-        description="Python expression or statement; $NAME metavariables match any expression."
+    pattern: PatternSource | list[PatternSource] = Field(
+        description="Python expression or statement; $NAME metavariables match any expression. A "
+        "list: the spellings of one computation (`mean(-1, keepdim=True)`, `mean(dim=-1, "
+        "keepdim=True)`), any of which matches, binding the same metavariables."
     )
     simple: list[str] = Field(
         default_factory=list,
@@ -75,11 +80,20 @@ class PatternMatch(Strict):
         for variable, name in self.hoist.items():
             if variable not in assigned:
                 raise ValueError(f"hoist: ${variable} is not a metavariable of `assigned`")
+            named = assigned | set(METAVARIABLE.findall(" ".join(self.sources)))
             try:
-                name.format_map({v: "x" for v in assigned | set(METAVARIABLE.findall(self.pattern))})
+                name.format_map(dict.fromkeys(named, "x"))
             except (KeyError, ValueError, IndexError) as exc:
                 raise ValueError(f"hoist: {name!r} names an unknown metavariable: {exc}") from None
         return self
+
+    @property
+    def sources(self) -> list[str]:
+        return self.pattern if isinstance(self.pattern, list) else [self.pattern]
+
+    @property
+    def patterns(self) -> list[Pattern]:
+        return [Pattern.compile(source) for source in self.sources]
 
 
 class PatternMatcher(Matcher):
@@ -239,23 +253,23 @@ class PatternKind(Kind[PatternMatch]):
         super().__init__(rules)
         self.by_type: dict[type[cst.CSTNode], list[tuple[Rule, Pattern]]] = defaultdict(list)
         for rule, match in self.entries:
-            pattern = Pattern.compile(match.pattern)
-            self.by_type[pattern.root_type].append((rule, pattern))
+            for pattern in match.patterns:
+                self.by_type[pattern.root_type].append((rule, pattern))
 
     @staticmethod
     def bindable(match: PatternMatch) -> set[str]:
-        return set(METAVARIABLE.findall(" ".join([match.pattern, *match.assigned])))
+        return set(METAVARIABLE.findall(" ".join([*match.sources, *match.assigned])))
 
     @staticmethod
     def keys(match: PatternMatch) -> set[str]:
         """A call pattern shares the call kind's key; others are keyed by their anchor."""
-        return {Pattern.compile(match.pattern).key}
+        return {pattern.key for pattern in match.patterns}
 
     @classmethod
     def overlaps(cls, a: Rule, b: Rule) -> bool:
-        """Two patterns overlap when some code could match both."""
-        pattern_a, pattern_b = cast(PatternMatch, a.match), cast(PatternMatch, b.match)
-        return Pattern.compile(pattern_a.pattern).unifies(Pattern.compile(pattern_b.pattern))
+        """Two patterns overlap when some code could match both (a spelling of each)."""
+        match_a, match_b = cast(PatternMatch, a.match), cast(PatternMatch, b.match)
+        return any(x.unifies(y) for x in match_a.patterns for y in match_b.patterns)
 
     def need(self, prefilter: Prefilter) -> None:
         for patterns in self.by_type.values():
@@ -268,12 +282,12 @@ class PatternKind(Kind[PatternMatch]):
         (`defines`): the `def` line spells the name called, so the function defined is a region
         too; a method's (`self.NAME`) is found in its class: a file that defines it is read whole."""
         for _, match in self.entries:
-            pattern = Pattern.compile(match.pattern)
-            anchors.rule(
-                *pattern.anchors(),
-                function=bool(match.assigned or match.defines) or pattern.root_type is cst.FunctionDef,
-                whole=_methods_defined(match.defines),
-            )
+            for pattern in match.patterns:  # a spelling's anchors: one rule per spelling
+                anchors.rule(
+                    *pattern.anchors(),
+                    function=bool(match.assigned or match.defines) or pattern.root_type is cst.FunctionDef,
+                    whole=_methods_defined(match.defines),
+                )
 
 
 def _methods_defined(defines: dict[str, list[list[str]]]) -> re.Pattern[str] | bool:
