@@ -6,8 +6,9 @@ the lines with an anchor need the concrete syntax tree, and the stdlib parser (a
 faster than libcst's) finds those statements: the innermost statement around each anchor line
 (only the header of a compound statement, when the anchor is in its header; a `match` statement
 whole), or the innermost function for rules that look at a whole function (whole-`def`
-patterns). What a guard decides on is the program model's business (engine.program): it reads
-the whole file with the stdlib parser, so the regions need not hold it.
+patterns, data flow), which at a script's top level is the whole module. What a guard decides
+on is the program model's business (engine.program): it reads the whole file with the stdlib
+parser, so the regions need not hold it.
 
 The regions of a file, and all its import statements, are put together into one small module,
 each region framed by `if 1:` when indented so that its lines keep their text and columns; the
@@ -338,12 +339,26 @@ def regions(
     for line in statement_lines:
         found.add(_around(tree.body, line, lines, None) or (0, 0, False))
     for line in function_lines:
-        found.add(_around(tree.body, line, lines, (0, 0)) or (0, 0, False))
+        if _in_a_function(tree.body, line):
+            found.add(_around(tree.body, line, lines, (0, 0)) or (0, 0, False))
+        elif tree.body:  # a script's top level: its data flow runs through the whole module
+            found.add((_span(tree.body[0])[0], _span(tree.body[-1])[1], False))
     kept: list[tuple[int, int, bool]] = []
     for first, last, header in sorted(found - {(0, 0, False)}, key=lambda s: (s[0], -s[1], s[2])):
         if not kept or first > kept[-1][1]:  # else inside the region before it (statements nest)
             kept.append((first, last, header))
     return [Region(_with_leading_comments(lines, first), last, header) for first, last, header in kept]
+
+
+def _in_a_function(body: list[ast.stmt], line: int) -> bool:
+    """Whether `line` is inside a function defined in `body` (at any depth)."""
+    for statement in body:
+        first, last = _span(statement)
+        if first <= line <= last:
+            if isinstance(statement, _FUNCTIONS):
+                return True
+            return any(_in_a_function(block, line) for block in ast_blocks(statement))
+    return False
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:

@@ -17,16 +17,22 @@ from tests.emulation import test_fused_rules as cases
 
 def main(out: Path) -> None:
     sys.modules.update(cases.references())
+    bf16 = [cases.torch.bfloat16]
+    runs = [  # (key prefix, case names, how one runs, dtypes)
+        ("", cases.CASES, cases.run_case, cases.DTYPES),
+        ("", cases.ATTENTION_MODULES, cases.run_statements, cases.DTYPES),
+        ("rms-norm-", cases.HF_RMS_NORMS, cases.run_rms_norm, cases.DTYPES),
+        ("rms-norm-fp32-weight-", cases.HF_RMS_NORMS, cases.run_rms_norm_fp32_weight, bf16),
+    ]
     results: dict[str, dict] = {}
-    runs = [(name, cases.run_case) for name in cases.CASES]
-    runs += [(name, cases.run_statements) for name in cases.ATTENTION_MODULES]
-    for name, run in runs:
-        for dtype in cases.DTYPES:
-            key = f"{name}-{cases.dtype_name(dtype)}"
-            try:
-                results[key] = {"error": None, **run(name, dtype)}
-            except Exception:  # what failed, for the test that reads this case
-                results[key] = {"error": traceback.format_exc(limit=-3), "guards": {}, "guarded": False}
+    for prefix, names, run, dtypes in runs:
+        for name in names:
+            for dtype in dtypes:
+                key = f"{prefix}{name}-{cases.dtype_name(dtype)}"
+                try:
+                    results[key] = {"error": None, **run(name, dtype)}
+                except Exception:  # what failed, for the test that reads this case
+                    results[key] = {"error": traceback.format_exc(limit=-3), "guards": {}, "guarded": False}
     out.write_text(json.dumps(results, indent=1))
 
 

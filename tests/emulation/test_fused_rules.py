@@ -576,38 +576,53 @@ HF_RMS_NORMS = {  # transformers' LlamaRMSNorm.forward, by the version that writ
 }
 
 
-def rms_norms(version: str) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The original norm and the fused one, with the same weight."""
+def rms_norms(version: str, guards: Counter[str]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The original norm and the fused one (on the NPU), with the same weight."""
     original = HEADER + RMS_NORM_MODULE + HF_RMS_NORMS[version]
     fused = rewritten(original, "npu_rms_norm(hidden_states, self.weight.to(hidden_states.dtype)")
     torch.manual_seed(0)
     original_norm = function(original, "LlamaRMSNorm")(64)
-    fused_norm = function(fused, "LlamaRMSNorm")(64)
+    fused_norm = function(fused, "LlamaRMSNorm", guards)(64)
     fused_norm.load_state_dict(original_norm.state_dict())
-    return original_norm, fused_norm
+    return original_norm, fused_norm.to("npu")
 
 
-@pytest.mark.parametrize("version", sorted(HF_RMS_NORMS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-def test_the_llama_rms_norm_forward_matches(version: str, dtype) -> None:
-    original_norm, fused_norm = rms_norms(version)
+def run_rms_norm(version: str, dtype) -> dict:
+    """The Hugging Face LLaMA norm's forward, fused on the NPU against the original."""
+    guards: Counter[str] = Counter()
+    original_norm, fused_norm = rms_norms(version, guards)
 
     def through(norm):
         return lambda x, w: torch.func.functional_call(norm, {"weight": w}, (x,))
 
     weight = original_norm.weight.detach()
-    compare(through(original_norm), through(fused_norm), [randn(2, 7, 64), weight], dtype)
+    compare(through(original_norm), through(fused_norm), [randn(2, 7, 64), weight], dtype, device="npu")
+    return {"guarded": True, "guards": dict(guards)}
+
+
+def run_rms_norm_fp32_weight(version: str, dtype) -> dict:
+    """Norms kept in fp32 under a bf16 model (or autocast): torch_npu refuses a gamma of another
+    dtype, so the fused forward casts it; output dtype and values are the original's."""
+    guards: Counter[str] = Counter()
+    original_norm, fused_norm = rms_norms(version, guards)
+    x = randn(2, 7, 64).to(dtype)
+    want, got = original_norm(x), fused_norm(x.to("npu")).cpu()
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=2**-7 * want.abs().max().item())
+    return {"guarded": True, "guards": dict(guards)}
 
 
 @pytest.mark.parametrize("version", sorted(HF_RMS_NORMS))
-def test_the_llama_rms_norm_takes_bf16_input_with_an_fp32_weight(version: str) -> None:
-    """Norms kept in fp32 under a bf16 model (or autocast): torch_npu refuses a gamma of another
-    dtype, so the fused forward casts it; output dtype and values are the original's."""
-    original_norm, fused_norm = rms_norms(version)
-    x = randn(2, 7, 64).bfloat16()
-    want, got = original_norm(x), fused_norm(x)
-    assert got.dtype == want.dtype
-    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=2**-7 * want.abs().max().item())
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+def test_the_llama_rms_norm_forward_matches(on_the_npu: dict[str, dict], version: str, dtype) -> None:
+    check(on_the_npu[f"rms-norm-{version}-{dtype_name(dtype)}"], "")
+
+
+@pytest.mark.parametrize("version", sorted(HF_RMS_NORMS))
+def test_the_llama_rms_norm_takes_bf16_input_with_an_fp32_weight(
+    on_the_npu: dict[str, dict], version: str
+) -> None:
+    check(on_the_npu[f"rms-norm-fp32-weight-{version}-bfloat16"], "")
 
 
 def test_a_dropped_import_is_a_delete_not_a_finding() -> None:

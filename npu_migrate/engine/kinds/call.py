@@ -251,7 +251,7 @@ class CallKind(Kind[CallMatch]):
     def anchor(self, anchors: Anchors) -> None:
         """A condition on an argument's string or name is spelled in every match, and is often
         rarer than the callee (`dtype=torch.float64` of `torch.zeros`). A move is looked for
-        through a name in the whole function or script (so a script is read whole)."""
+        through a name in the whole function or script (a function rule's region)."""
         for _, match in self.entries:
             alternatives = [[Token.name(callee, CALLED) for callee in match.call]]
             for condition in match.args.values():
@@ -259,5 +259,4 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            moved = bool(match.moved_by)
-            anchors.rule(*alternatives, function=moved, whole=moved)
+            anchors.rule(*alternatives, function=bool(match.moved_by))

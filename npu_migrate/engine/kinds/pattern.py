@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, cast
 
 import libcst as cst
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from npu_migrate.engine.fixes import framed, guarded
 from npu_migrate.engine.holds import subtree
@@ -35,11 +35,26 @@ def parses(value: str) -> str:
     return value
 
 
-PatternSource = Annotated[str, AfterValidator(parses)]
+def _listed(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+def _each_parses(values: list[str]) -> list[str]:
+    return [parses(value) for value in values]
+
+
+# One pattern, or a list of spellings: read as a list, each checked to parse (an error names
+# the field, not a branch of a union).
+Spellings = Annotated[
+    list[str],
+    BeforeValidator(_listed),
+    AfterValidator(_each_parses),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+]
 
 
 class PatternMatch(Strict):
-    pattern: PatternSource | list[PatternSource] = Field(
+    pattern: Spellings = Field(
         description="Python expression or statement; $NAME metavariables match any expression. A "
         "list: the spellings of one computation (`mean(-1, keepdim=True)`, `mean(dim=-1, "
         "keepdim=True)`), any of which matches, binding the same metavariables."
@@ -89,7 +104,7 @@ class PatternMatch(Strict):
 
     @property
     def sources(self) -> list[str]:
-        return self.pattern if isinstance(self.pattern, list) else [self.pattern]
+        return self.pattern
 
     @property
     def patterns(self) -> list[Pattern]:
