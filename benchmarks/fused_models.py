@@ -5,7 +5,9 @@ tight rule on the emulation), and verify counts the fused operators the migrated
     python -m benchmarks.fused_models [--only NAME ...]
 
 Per model: the fused swaps made in the model's own files (by rule), held (by reason) and
-reported (`scan --format json` on the package); the fused operators the migrated side ran; the
+reported (`scan --format json` on the package); the fused operators the migrated side ran; of
+the swaps made, those that carry a run-time guard, and what the guards said as the model ran
+(per guarded site: the fused path, or the original and why); the
 swaps whose operator never ran (the entry's code path does not reach them: the comparison says
 nothing of them); and verify's verdict on the forward (every module) and on each step. Exits 1
 when a verdict fails or a model's made swaps include none that ran.
@@ -117,6 +119,7 @@ def measure(model: Model) -> bool:
         for finding in findings:
             finding["site"] = _site(tree, finding)
     made = [f for f in findings if outcome(f) == "made"]
+    guarded = [f for f in made if GUARD in (f["replacement"] or "")]
     held = Counter(held_reason(f) for f in findings if outcome(f) == "held")
     reported = Counter(f["code"] for f in findings if outcome(f) == "reported")
     ran = data["migrated"]["fused_calls"]
@@ -129,12 +132,22 @@ def measure(model: Model) -> bool:
           f"({_counts(held)}), reported {sum(reported.values())} ({_counts(reported)})")  # fmt: skip
     print(f"  fused operators run: {_counts(Counter(ran))}; {len(made) - len(not_run)} of "
           f"{len(made)} made swaps ran (by the function they are in)")  # fmt: skip
+    runs = data["migrated"].get("guarded", {})
+    fell_back = Counter(
+        {why: n for outcomes in runs.values() for why, n in outcomes.items() if why != "fused"}
+    )
+    fused_runs = sum(outcomes.get("fused", 0) for outcomes in runs.values())
+    print(f"  guarded swaps {len(guarded)} of {len(made)} made; at run time {len(runs)} guarded sites: "
+          f"fused {fused_runs}, fell back {sum(fell_back.values())} ({_counts(fell_back)})")  # fmt: skip
     for finding in not_run:
         print(
             f"  made, not on the entry's path: {finding['code']} in {finding['site']}, line {finding['line']}"
         )
     print(f"  verify: {verdict}; {len(data['rows'])} module outputs, steps {steps}, {seconds:.0f} s")
     return data["passed"] and len(not_run) < len(made)
+
+
+GUARD = "why_not_npu_"  # what a guarded swap calls before the fused operator
 
 
 def outcome(finding: dict) -> str:
