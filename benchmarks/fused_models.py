@@ -133,10 +133,8 @@ def measure(model: Model) -> bool:
     print(f"  fused operators run: {_counts(Counter(ran))}; {len(made) - len(not_run)} of "
           f"{len(made)} made swaps ran (by the function they are in)")  # fmt: skip
     runs = data["migrated"].get("guarded", {})
-    fell_back = Counter(
-        {why: n for outcomes in runs.values() for why, n in outcomes.items() if why != "fused"}
-    )
-    fused_runs = sum(outcomes.get("fused", 0) for outcomes in runs.values())
+    fell_back = sum((Counter(outcomes) for outcomes in runs.values()), Counter[str]())
+    fused_runs = fell_back.pop("fused", 0)
     print(f"  guarded swaps {len(guarded)} of {len(made)} made; at run time {len(runs)} guarded sites: "
           f"fused {fused_runs}, fell back {sum(fell_back.values())} ({_counts(fell_back)})")  # fmt: skip
     for finding in not_run:
