@@ -360,6 +360,12 @@ CASES = {
         "if why_not_npu_rms_norm(q) is None",
         lambda: [randn(2, 4, 7, 16), randn(16)],
     ),
+    "NPU974-rms-norm-module": (  # the module torch builds (Megatron's --normalization RMSNorm)
+        "def f(x, w):\n    norm = torch.nn.RMSNorm(16, eps=1e-5, device=x.device, dtype=x.dtype)\n"
+        "    return torch.func.functional_call(norm, {'weight': w}, (x,))\n",
+        "norm = NpuRMSNorm(16, eps=1e-5, device=x.device, dtype=x.dtype)",
+        lambda: [randn(3, 5, 16), randn(16)],
+    ),
     "NPU917-megatron-swiglu": (  # megatron/core/fusions/fused_bias_swiglu.py
         "def f(y):\n    y_1, y_2 = torch.chunk(y, 2, -1)\n    return F.silu(y_1) * y_2\n",
         "torch_npu.npu_swiglu(y, dim=-1)",
