@@ -48,10 +48,12 @@ def docs() -> str:
 
 
 def section(docs: str, operator: str) -> str:
-    """The documentation of one operator: from its signature line to the next signature."""
-    start = docs.index(f"torch_npu.{operator}(")
-    end = docs.find("\ntorch_npu.", start + 1)
-    return docs[start:end]
+    """The documentation of one operator: from its signature line (`torch_npu. npu_geglu(` has a
+    space) to the next signature."""
+    signature = re.search(rf"^torch_npu\.\s*{operator}\(", docs, re.MULTILINE)
+    assert signature, f"no signature of {operator} in the docs"
+    end = docs.find("\ntorch_npu.", signature.start() + 1)
+    return docs[signature.start() : end]
 
 
 def number(pattern: str, text: str) -> int:
@@ -116,3 +118,34 @@ def test_the_rotary_guard_draws_the_documented_limits(docs: str) -> None:
     )
     assert asked((2, 2, 8, 64), (2, 1, 8, 64)) is None, "half: B1SD"
     assert "neither" in why_not(Meta((1, 2, 8, 64)), Meta((8, 64)), Meta((8, 64)), None)
+
+
+@pytest.mark.parametrize(
+    ("operator", "ranks", "dtypes"),
+    [  # what each operator's documentation says of its input: the ranks, the dtypes
+        ("npu_rms_norm", r"self\uff1aTensor类型\uff0c支持([^\uff0c]+)\uff0c输入shape支持(\d)-(\d)维", None),
+        ("npu_swiglu", r"shape支持(\d)-(\d)维\uff0cdtype支持([^\u3002]+)类型", None),
+        ("npu_geglu", None, r"数据类型支持(FLOAT32、FLOAT16、BFLOAT16)"),
+    ],
+)
+def test_the_elementwise_guards_draw_the_documented_limits(
+    docs: str, operator: str, ranks: str | None, dtypes: str | None
+) -> None:
+    text = section(docs, operator)
+    why_not = guard(f"why_not_{operator}")
+    found = re.search(ranks or dtypes or "", text)
+    assert found, f"the docs of {operator} no longer say {ranks or dtypes!r}"
+    words = " ".join(found.groups()).lower().replace("bf16", "bfloat16").replace("fp", "float")
+    documented = [dtype for name, dtype in DTYPES.items() if name in words]
+    assert len(documented) == 3, words
+    assert all(why_not(Meta((2, 8), dtype)) is None for dtype in documented)
+    assert "float64" in why_not(Meta((2, 8), torch.float64))
+    assert why_not(Meta((2, 8), device=SimpleNamespace(type="cpu"))) == "not on the NPU"
+    if ranks:
+        low, high = (int(g) for g in found.groups() if g.isdigit())
+        assert why_not(Meta((2,) * low)) is None and why_not(Meta((2,) * high)) is None
+        assert why_not(Meta((2,) * (high + 1))) is not None
+        if low > 1:
+            assert why_not(Meta((2,) * (low - 1))) is not None
+    if operator != "npu_rms_norm":  # two halves of the last axis
+        assert why_not(Meta((2, 7))) is not None
