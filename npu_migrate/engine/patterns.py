@@ -67,20 +67,8 @@ class Pattern:
 
     @functools.cached_property
     def _anchor(self) -> Callable[[cst.CSTNode], bool]:
-        """A cheap first test that most nodes of the root type fail: the callee's last name for
-        a call, the operator for a binary operation, the name of a def."""
-        tree = self.tree
-        if isinstance(tree, cst.Call):
-            parts = dotted_parts(tree.func)
-            if parts and not parts[-1].startswith(_PREFIX):
-                last = parts[-1]
-                return lambda node: _last_name(node.func) == last  # type: ignore[attr-defined]
-        if isinstance(tree, cst.BinaryOperation):
-            operator = type(tree.operator)
-            return lambda node: type(node.operator) is operator  # type: ignore[attr-defined]
-        if isinstance(tree, cst.FunctionDef):
-            return lambda node: node.name.value == tree.name.value  # type: ignore[attr-defined]
-        return lambda node: True
+        """A cheap first test that most nodes of the root type fail (see _first_test)."""
+        return _first_test(self.tree)
 
     @property
     def key(self) -> str:
@@ -144,6 +132,31 @@ class Pattern:
             return None
         bindings = dict(bound or {})
         return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:
+    """What a node must be to match `tree`, tested without walking it: the callee's last name
+    for a call, the operator for a binary operation, the name of a def, an assignment's value
+    so (statement patterns: most assignments fail here), else the node's type. A metavariable,
+    and a dotted name (which the file may spell through an alias), take anything."""
+    if _metavar(tree) is not None or isinstance(tree, cst.Name | cst.Attribute):
+        return lambda node: True
+    if isinstance(tree, cst.Call):
+        parts = dotted_parts(tree.func)
+        if parts and not parts[-1].startswith(_PREFIX):
+            last = parts[-1]
+            return lambda node: isinstance(node, cst.Call) and _last_name(node.func) == last
+    if isinstance(tree, cst.BinaryOperation):
+        operator = type(tree.operator)
+        return lambda node: isinstance(node, cst.BinaryOperation) and type(node.operator) is operator
+    if isinstance(tree, cst.FunctionDef):
+        name = tree.name.value
+        return lambda node: isinstance(node, cst.FunctionDef) and node.name.value == name
+    if isinstance(tree, cst.Assign) and len(tree.targets) == 1:
+        value = _first_test(tree.value)
+        return lambda node: isinstance(node, cst.Assign) and len(node.targets) == 1 and value(node.value)
+    kind = type(tree)
+    return lambda node: type(node) is kind
 
 
 def _tokens(node: cst.CSTNode) -> Iterator[str]:

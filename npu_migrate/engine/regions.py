@@ -187,9 +187,13 @@ class Survey:
             for rule in self.rules
         )
 
-    def lines(self, bindings: Iterable[tuple[str, str]], starts: list[int]) -> tuple[list[int], list[int]]:
-        """The lines with an anchor: (for statement rules, for function rules). Of each rule's
-        alternatives, the one whose rarest words this file spells least often is used."""
+    def lines(
+        self, bindings: Iterable[tuple[str, str]], starts: list[int]
+    ) -> tuple[list[int], list[FunctionAnchor]]:
+        """The lines with an anchor: for statement rules, and for function rules with the lines
+        that spell each of the rule's other alternatives (its function must spell them all).
+        Of each rule's alternatives, the one whose rarest words this file spells least often is
+        used."""
         counts = self.counts
         spelled = self.anchors.spellings(bindings)
 
@@ -202,23 +206,22 @@ class Survey:
                 if t.kind not in ("regex", "fragment")
             )
 
-        # For statement rules and for function rules: (regex, where it may start): "string" (a
-        # string regex, found by the survey), "head" (a chain head: no `.` reaches it), "word".
-        found: tuple[set[tuple[str, str]], set[tuple[str, str]]] = (set(), set())
-        for rule in self.rules:
-            for token in min(rule.alternatives, key=cost):
+        def regexes(choice: frozenset[Token]) -> set[tuple[str, str]]:
+            """(regex, where it may start): "string" (a string regex, found by the survey),
+            "head" (a chain head: no `.` reaches it), "word"."""
+            found: set[tuple[str, str]] = set()
+            for token in choice:
                 if token.kind == "word" and counts[token.value]:
-                    found[rule.function].add((_chain([token.value], token.then), "word"))
+                    found.add((_chain([token.value], token.then), "word"))
                 elif token.kind == "name":
                     then = "" if token.value.endswith(".*") else token.then
                     chains = [c for c in spelled.get(token.value, ()) if all(counts[w] for w in c)]
-                    found[rule.function].update((_chain(c, then), "head") for c in chains)
+                    found.update((_chain(c, then), "head") for c in chains)
                 elif token.kind == "regex":
-                    found[rule.function].add((token.value, "string"))
+                    found.add((token.value, "string"))
                 elif token.kind == "fragment":
-                    found[rule.function].add((_chain(["import"], ""), "word"))
-        if not found[0] and not found[1]:
-            return [], []
+                    found.add((_chain(["import"], ""), "word"))
+            return found
 
         def lines(regexes: set[tuple[str, str]]) -> list[int]:
             offsets: set[int] = set()
@@ -229,7 +232,29 @@ class Survey:
                     offsets.update(_starts(regex, where == "head", self.text))
             return sorted({bisect.bisect_right(starts, at) for at in offsets})
 
-        return lines(found[0]), lines(found[1])
+        statement_regexes: set[tuple[str, str]] = set()
+        function_anchors: list[FunctionAnchor] = []
+        for rule in self.rules:
+            chosen = min(rule.alternatives, key=cost)
+            if not rule.function:
+                statement_regexes |= regexes(chosen)
+                continue
+            needs = tuple(lines(regexes(other)) for other in rule.alternatives if other is not chosen)
+            function_anchors += [FunctionAnchor(line, needs) for line in lines(regexes(chosen))]
+        return lines(statement_regexes), sorted(function_anchors)
+
+
+@dataclass(frozen=True, order=True)
+class FunctionAnchor:
+    """A line a function rule's anchor is on, and for each of the rule's other alternatives the
+    lines that spell it: a function that holds the line but none of one alternative's lines
+    cannot hold a match (a match lies in one function and spells every alternative)."""
+
+    line: int
+    needs: tuple[list[int], ...] = ()
+
+    def met_in(self, first: int, last: int) -> bool:
+        return all(any(first <= line <= last for line in need) for need in self.needs)
 
 
 def _chain(chain: list[str], then: str) -> str:
@@ -332,15 +357,17 @@ class Region:
 
 
 def regions(
-    tree: ast.Module, lines: list[str], statement_lines: list[int], function_lines: list[int]
+    tree: ast.Module, lines: list[str], statement_lines: list[int], function_anchors: list[FunctionAnchor]
 ) -> list[Region]:
     """The regions around the anchor lines, outermost only, in file order."""
     found: set[tuple[int, int, bool]] = set()
     for line in statement_lines:
         found.add(_around(tree.body, line, lines, None) or (0, 0, False))
-    for line in function_lines:
-        if _in_a_function(tree.body, line):
-            found.add(_around(tree.body, line, lines, (0, 0)) or (0, 0, False))
+    for anchor in function_anchors:
+        if _in_a_function(tree.body, anchor.line):
+            span = _around(tree.body, anchor.line, lines, (0, 0))
+            if span is not None and anchor.met_in(span[0], span[1]):
+                found.add(span)
         elif tree.body:  # a script's top level: its data flow runs through the whole module
             found.add((_span(tree.body[0])[0], _span(tree.body[-1])[1], False))
     kept: list[tuple[int, int, bool]] = []
