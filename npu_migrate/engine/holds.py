@@ -6,6 +6,7 @@ dual-path files, the code's own attributes, comparisons) is engine.program_holds
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Sequence
 
@@ -114,7 +115,15 @@ def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while pending:
         current = pending.pop()
         yield current
-        pending.extend(reversed(current.children))
+        pending.extend(reversed(children(current)))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """A node's children. libcst collects them by visiting the node, and the guards walk the
+    same function's nodes again and again (a loop around a match, the names read after it),
+    so the last ones asked about are kept (nodes are equal only to themselves)."""
+    return tuple(node.children)
 
 
 def _chain_tests(node: cst.If) -> Iterator[cst.BaseExpression]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from npu_migrate.engine.holds import children
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.regions import ASSIGNED, CALLED, Token
 
@@ -262,11 +263,9 @@ def _same(
 
 @functools.lru_cache(maxsize=1 << 14)
 def _parts(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
-    """A node's children that a match compares (whitespace aside). libcst collects children by
-    visiting the node, and every pattern of every rule asks about the same nodes of a file, so
-    the last ones asked about are kept (nodes are equal only to themselves: a new file's nodes
-    are new keys)."""
-    return tuple(c for c in node.children if not isinstance(c, _IGNORED))
+    """A node's children that a match compares (whitespace aside); every pattern of every rule
+    asks about the same nodes of a file, so the last ones asked about are kept."""
+    return tuple(c for c in children(node) if not isinstance(c, _IGNORED))
 
 
 class _Spelling(cst.CSTTransformer):

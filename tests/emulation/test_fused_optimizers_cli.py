@@ -109,9 +109,10 @@ ATTENTION = Path(__file__).parents[2] / "fixtures" / "eager_attention"
 
 
 def test_eager_attention_fused_over_statements_trains_like_the_original(tmp_path: Path) -> None:
-    """`apply --unsafe` fuses timm's ConViT attention (four statements) into npu_fusion_attention,
-    holds DINO's (its attention map is returned), and the migrated training run on the emulated
-    NPU ends with the original's weights."""
+    """`apply --unsafe` fuses timm's ConViT attention (four statements) into npu_fusion_attention
+    under its run-time guard (the statements kept for the `else`), holds DINO's (its attention
+    map is returned), and the migrated training run on the emulated NPU ends with the original's
+    weights."""
     original, migrated = tmp_path / "original", tmp_path / "migrated"
     shutil.copytree(ATTENTION, original)
     shutil.copytree(ATTENTION, migrated)
@@ -121,7 +122,8 @@ def test_eager_attention_fused_over_statements_trains_like_the_original(tmp_path
     assert applied.returncode in (0, 1), applied.stdout + applied.stderr
     fused = (migrated / "vit.py").read_text()
     assert fused.count("torch_npu.npu_fusion_attention(q, k, v, q.shape[1]") == 1, fused
-    assert fused.count("softmax") == 1, "the held attention keeps its softmax, the fused one loses it"
+    assert "if why_not_npu_fusion_attention(q, k, v, scale=self.scale) is None:" in fused, fused
+    assert fused.count("softmax") == 2, "the held attention keeps its softmax, the fused one its else"
     assert 'device = "npu" if torch.npu.is_available()' in (migrated / "train.py").read_text()
     for tree, command in (
         (original, [sys.executable, "train.py"]),
