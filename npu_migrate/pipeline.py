@@ -6,6 +6,7 @@ stalls a parser costs only that file."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -120,7 +121,9 @@ def run_rules(
             results[i] = result
             if cache is not None and not result.tool_failed:
                 cache.put(keys[i], json.dumps(result.to_json()).encode())
-    outcomes = _run_facts([FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled)
+    outcomes = _run_facts(
+        [FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled, cache
+    )
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
         return outcomes  # no custom operator to link (and no engine to import on a warm run)
     from npu_migrate.engine.index import RuleIndex
@@ -130,12 +133,16 @@ def run_rules(
 
 
 def _run_facts(
-    outcomes: list[FileOutcome], source: RuleSource, enabled: frozenset[Applicability]
+    outcomes: list[FileOutcome],
+    source: RuleSource,
+    enabled: frozenset[Applicability],
+    cache: ResultCache | None = None,
 ) -> list[FileOutcome]:
     """The files that what other files of the run decided changes, run again knowing it (in this
     process: they are few, and parsed once already): mocks renamed while other files keep calling
     the mocked names, and values handed on under an attribute name other files keep comparing
-    with CUDA (engine.program.run)."""
+    with CUDA (engine.program.run). What they knew is part of their module's key, so a rerun's
+    result is cached as a first run's is."""
     python = [o for o in outcomes if o.result.findings and kind_of(o.file) == "python"]
     if not python:
         return outcomes  # nothing found, nothing to tell other files (nor a module to import for it)
@@ -178,11 +185,21 @@ def _run_facts(
         return outcomes
     from npu_migrate.engine.index import RuleIndex
 
-    index = RuleIndex(source.rules, source.silenced)
+    index = functools.cache(lambda: RuleIndex(source.rules, source.silenced))
+
+    def rerun(file: SourceFile) -> FileResult:
+        if cache is None:
+            return migrate_file(file, index(), enabled)
+        key = cache.key((file.data or b"") + b"\0" + file.module.key)
+        if (hit := _cached(cache, key)) is not None:
+            return hit
+        result = migrate_file(file, index(), enabled)
+        if not result.tool_failed:
+            cache.put(key, json.dumps(result.to_json()).encode())
+        return result
+
     return [
-        FileOutcome(o.file, migrate_file(replace(o.file, module=redo[id(o)]), index, enabled))
-        if id(o) in redo
-        else o
+        FileOutcome(o.file, rerun(replace(o.file, module=redo[id(o)]))) if id(o) in redo else o
         for o in outcomes
     ]
 

@@ -209,3 +209,17 @@ def test_the_audit_prints_held_fixes_by_reason() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr  # nothing silent
     assert "src: held by reason: " in result.stdout and "it guards CUDA code left" in result.stdout
+
+
+def test_a_warm_scan_reads_the_cross_file_reruns_from_the_cache(tmp_path: Path) -> None:
+    """The files another file's facts change (a mock another file keeps, a value it compares
+    with CUDA) run again knowing them; those reruns are cached by what they knew, so a warm scan
+    reports exactly what the cold one did, the cross-file holds included."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cold, warm = (
+        run_cli("scan", str(SOURCES), "--format", "json", cwd=tmp_path, env=env).stdout for _ in range(2)
+    )
+    assert cold == warm
+    held = json.loads(warm)["summary"]["held_by_reason"]
+    assert held["a mock of a name another file keeps"] == 2
+    assert held["its value reaches a comparison with CUDA another file keeps"] == 1
