@@ -16,10 +16,8 @@ from npu_migrate.engine.holds import subtree
 
 @dataclass(frozen=True)
 class Binding:
-    value: cst.BaseExpression | None  # None: unknown
-    index: int | None  # the element of a tuple target it binds, if any
+    value: cst.BaseExpression | None  # None: unknown (a tuple's element, a loop target, ...)
     conditional: bool  # inside a compound statement that does not hold the point asked about
-    order: int  # bindings are numbered in source order
 
 
 def number(node: cst.BaseExpression) -> bool:
@@ -35,14 +33,12 @@ class Bindings:
         self.function = function
         self.at = at
         self._bindings: dict[str, list[Binding]] = {}
-        self._count = 0
         self._read(function.body, conditional=False)
 
-    def reaching(self, name: str, before: int = 1 << 30) -> list[Binding]:
-        """The bindings of `name` that may give its value before binding number `before`: the
-        last one that always runs and those in branches after it; none where no binding always
-        runs."""
-        bindings = [b for b in self._bindings.get(name, []) if b.order < before]
+    def reaching(self, name: str) -> list[Binding]:
+        """The bindings of `name` that may give its value at the statement: the last one that
+        always runs and those in branches after it; none where no binding always runs."""
+        bindings = self._bindings.get(name, [])
         last = next((i for i in range(len(bindings) - 1, -1, -1) if not bindings[i].conditional), None)
         return [] if last is None else bindings[last:]
 
@@ -60,7 +56,7 @@ class Bindings:
                     self._bind(small, conditional)
                 continue
             if isinstance(statement, cst.FunctionDef | cst.ClassDef):
-                self._add(statement.name.value, None, None, conditional)  # a definition: no tensor
+                self._add(statement.name.value, None, conditional)  # a definition: no tensor
                 continue
             assert isinstance(statement, cst.BaseCompoundStatement)
             for suite in _suites(statement):
@@ -69,13 +65,12 @@ class Bindings:
             for suite in _suites(statement):
                 self._read(suite, conditional=True)
             for name in _header_names(statement):
-                self._add(name, None, None, conditional)  # a loop target, `with ... as x`: unknown
+                self._add(name, None, conditional)  # a loop target, `with ... as x`: unknown
         return False
 
-    def _add(self, name: str, value: cst.BaseExpression | None, index: int | None, conditional: bool) -> None:
-        """A binding of `name` (value None: one whose value is not known)."""
-        self._count += 1
-        self._bindings.setdefault(name, []).append(Binding(value, index, conditional, self._count))
+    def _add(self, name: str, value: cst.BaseExpression | None, conditional: bool) -> None:
+        """A binding of `name`, after those before it (value None: one whose value is not known)."""
+        self._bindings.setdefault(name, []).append(Binding(value, conditional))
 
     def _bind(self, statement: cst.BaseSmallStatement, conditional: bool) -> None:
         if isinstance(statement, cst.Assign):
@@ -88,19 +83,15 @@ class Bindings:
             and isinstance(statement.target, cst.Name)
             and not number(statement.value)  # `x *= 2` keeps the tensor; anything else: unknown
         ):
-            self._add(statement.target.value, None, None, conditional)
+            self._add(statement.target.value, None, conditional)
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression, conditional: bool) -> None:
         if isinstance(target, cst.Name):
-            self._add(target.value, value, None, conditional)
-        elif isinstance(target, cst.Tuple | cst.List):
-            for index, element in enumerate(target.elements):
+            self._add(target.value, value, conditional)
+        elif isinstance(target, cst.Tuple | cst.List):  # each name gets a part of the value
+            for element in target.elements:
                 if isinstance(element.value, cst.Name):
-                    starred = isinstance(element, cst.StarredElement)
-                    if starred:
-                        self._add(element.value.value, None, None, conditional)
-                    else:
-                        self._add(element.value.value, value, index, conditional)
+                    self._add(element.value.value, None, conditional)
 
 
 def module_scope(module: cst.Module) -> cst.FunctionDef:
