@@ -45,9 +45,13 @@ def guarded(
     """`(fused if guard is None else original)`: the fused operator where the guard finds its
     limits hold for the values the program runs with, else the code as it was (its own
     parentheses go inside the conditional's)."""
-    test = cst.Comparison(guard, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
     bare = original.with_changes(lpar=[], rpar=[])
-    return cst.IfExp(test, fused, bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.IfExp(guard_passes(guard), fused, bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def guard_passes(guard: cst.BaseExpression) -> cst.Comparison:
+    """`<guard> is None`: the test a guarded fix writes (an expression's or a statement run's)."""
+    return cst.Comparison(guard, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
 
 
 def guard_helper(guard: str) -> str:

@@ -246,18 +246,15 @@ CASES = {
         "if why_not_npu_fusion_attention(q, k, v, attention_mask, q.shape[-1] ** -0.5) is None else",
         lambda: [randn(2, 2, 5, 8), randn(2, 2, 7, 8), randn(2, 2, 7, 8), randn(1, 1, 5, 7)],
     ),
-    "NPU975-timm-attention-causal": (  # timm's Attention: the mask and the causal flag passed through
-        "def f(q, k, v, attn_mask=None, is_causal=True):\n"
-        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)\n",
-        "sparse_mode=2 if is_causal else 0)[0] if why_not_npu_fusion_attention(q, k, v, attn_mask",
-        lambda: [randn(2, 4, 6, 8), randn(2, 4, 10, 8), randn(2, 4, 10, 8)],
-    ),
-    "NPU975-timm-attention-not-causal": (
-        "def f(q, k, v, attn_mask=None, is_causal=False):\n"
-        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)\n",
-        "sparse_mode=2 if is_causal else 0)[0] if why_not_npu_fusion_attention(q, k, v, attn_mask",
-        lambda: [randn(2, 4, 6, 8), randn(2, 4, 10, 8), randn(2, 4, 10, 8)],
-    ),
+    **{  # timm's Attention: the mask and the causal flag passed through, the flag either way
+        f"NPU975-timm-attention-{name}": (
+            f"def f(q, k, v, attn_mask=None, is_causal={flag}):\n"
+            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)\n",
+            "sparse_mode=2 if is_causal else 0)[0] if why_not_npu_fusion_attention(q, k, v, attn_mask",
+            lambda: [randn(2, 4, 6, 8), randn(2, 4, 10, 8), randn(2, 4, 10, 8)],
+        )
+        for name, flag in (("causal", True), ("not-causal", False))
+    },
     "NPU920-flash-causal-bottom-right": (
         "from flash_attn import flash_attn_func\n\n"
         "def f(q, k, v):\n    return flash_attn_func(q, k, v, causal=True)\n",

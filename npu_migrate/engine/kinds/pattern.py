@@ -95,7 +95,7 @@ class PatternMatch(Strict):
         for variable, name in self.hoist.items():
             if variable not in assigned:
                 raise ValueError(f"hoist: ${variable} is not a metavariable of `assigned`")
-            named = assigned | set(METAVARIABLE.findall(" ".join(self.sources)))
+            named = assigned | set(METAVARIABLE.findall(" ".join(self.pattern)))
             try:
                 name.format_map(dict.fromkeys(named, "x"))
             except (KeyError, ValueError, IndexError) as exc:
@@ -103,12 +103,8 @@ class PatternMatch(Strict):
         return self
 
     @property
-    def sources(self) -> list[str]:
-        return self.pattern
-
-    @property
     def patterns(self) -> list[Pattern]:
-        return [Pattern.compile(source) for source in self.sources]
+        return [Pattern.compile(source) for source in self.pattern]
 
 
 class PatternMatcher(Matcher):
@@ -273,7 +269,7 @@ class PatternKind(Kind[PatternMatch]):
 
     @staticmethod
     def bindable(match: PatternMatch) -> set[str]:
-        return set(METAVARIABLE.findall(" ".join([*match.sources, *match.assigned])))
+        return set(METAVARIABLE.findall(" ".join([*match.pattern, *match.assigned])))
 
     @staticmethod
     def keys(match: PatternMatch) -> set[str]:

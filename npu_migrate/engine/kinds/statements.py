@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
-from npu_migrate.engine.fixes import framed, is_guard_test
+from npu_migrate.engine.fixes import framed, guard_passes, is_guard_test
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
@@ -328,12 +328,11 @@ def _guarded_block(edit: _Edit, original: list[cst.BaseStatement]) -> cst.If:
     """`if <guard> is None: <fixed reader>` `else: <the statements and reader as they were>`;
     the lines above the first statement go above the `if`."""
     assert edit.guard is not None
-    test = cst.Comparison(edit.guard, [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
     fused = edit.reader_fixed.with_changes(leading_lines=())
     first, *rest = original
     unfused = [first.with_changes(leading_lines=()), *rest]
     return cst.If(
-        test,
+        guard_passes(edit.guard),
         cst.IndentedBlock([fused]),
         orelse=cst.Else(cst.IndentedBlock(unfused)),
         leading_lines=_leading(first),
