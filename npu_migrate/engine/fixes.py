@@ -10,6 +10,7 @@ import libcst as cst
 
 from npu_migrate.engine.imports import ImportPlan, import_path
 from npu_migrate.engine.names import ImportTable
+from npu_migrate.engine.patterns import Spell, fill
 from npu_migrate.engine.regex import compile_rule_regex
 
 if TYPE_CHECKING:
@@ -47,6 +48,17 @@ def guarded(
     parentheses go inside the conditional's)."""
     bare = original.with_changes(lpar=[], rpar=[])
     return cst.IfExp(guard_passes(guard), fused, bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def filled_guard(
+    guard: str, fused: cst.CSTNode, original: cst.CSTNode, codes: dict[str, str], spell: Spell
+) -> tuple[cst.BaseExpression, list[str]]:
+    """A rule's guard filled like its template, around the fused and the original expression
+    (see guarded), and the modules the guard needs; ValueError as `fill`."""
+    guard_node, needed = fill(guard, codes, spell)
+    assert isinstance(fused, cst.BaseExpression) and isinstance(original, cst.BaseExpression)
+    assert isinstance(guard_node, cst.BaseExpression)  # a guard guards an expression
+    return guarded(fused, guard_node, original), needed
 
 
 def guard_passes(guard: cst.BaseExpression) -> cst.Comparison:

@@ -11,7 +11,7 @@ import libcst as cst
 from pydantic import AfterValidator, Field
 
 from npu_migrate.engine.bindings import Bindings, module_scope, statement_of
-from npu_migrate.engine.fixes import chain_source, edit_keywords, framed, guarded, replace_expression
+from npu_migrate.engine.fixes import chain_source, edit_keywords, filled_guard, framed, replace_expression
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import renamed
 from npu_migrate.engine.kinds.arguments import callee, conditions_hold, fits, mappings, passed
@@ -192,9 +192,8 @@ class CallMatcher(Matcher):
                         codes[name], needed = code_of(node, self.ctx.module), needed + more
                 node, more = fill(fix.template, codes, self.ctx.table.spell)
                 if fix.guard:
-                    guard, guard_needs = fill(fix.guard, codes, self.ctx.table.spell)
-                    assert isinstance(node, cst.BaseExpression) and isinstance(guard, cst.BaseExpression)
-                    node, more = guarded(node, guard, updated), [*more, *guard_needs]
+                    node, guard_needs = filled_guard(fix.guard, node, updated, codes, self.ctx.table.spell)
+                    more = [*more, *guard_needs]
             except ValueError:
                 return None, ()  # an argument the template needs is missing: report only
             if mapped:

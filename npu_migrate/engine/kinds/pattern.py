@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
-from npu_migrate.engine.fixes import framed, guarded
+from npu_migrate.engine.fixes import filled_guard, framed
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
@@ -141,10 +141,9 @@ class PatternMatcher(Matcher):
                 codes.update({h.variable: h.name for h in hoists})
                 fixed, needed = fill(rule.fix.template, codes, self.ctx.table.spell)
                 if rule.fix.guard:
-                    guard, guard_needs = fill(rule.fix.guard, codes, self.ctx.table.spell)
-                    assert isinstance(fixed, cst.BaseExpression) and isinstance(guard, cst.BaseExpression)
-                    assert isinstance(updated, cst.BaseExpression)  # a guard is for expression patterns
-                    fixed, needed = guarded(fixed, guard, updated), [*needed, *guard_needs]
+                    spell = self.ctx.table.spell
+                    fixed, guard_needs = filled_guard(rule.fix.guard, fixed, updated, codes, spell)
+                    needed = [*needed, *guard_needs]
                 fixed = _framed_like(fixed, updated)
             candidates.append(Candidate(rule, fixed, tuple(needed), hoists=hoists))
         return candidates
