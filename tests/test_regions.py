@@ -11,7 +11,7 @@ import pytest
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.kinds import content_of
 from npu_migrate.engine.names import ImportTable
-from npu_migrate.engine.regions import import_bindings, line_starts, split_lines
+from npu_migrate.engine.regions import import_bindings, line_starts, regions, split_lines
 from npu_migrate.engine.source import migrate_whole, scan_regions
 from npu_migrate.model import FileResult
 from npu_migrate.prefilter import word_counts
@@ -120,6 +120,28 @@ LAYOUTS = {
     ),
     "anchor only in a comment": "import torch\n# torch.cuda.synchronize() is not called here\nx = 1\n",
     "with header": "import torch\nwith torch.cuda.amp.autocast():\n    y = model(x)\n",
+    # llama-models' scripts: the literal a function returns reaches a device through its calls
+    "returned device": (
+        "import torch\ndef get_device():\n    if torch.cuda.is_available():\n        return 'cuda'\n"
+        "    return 'cpu'\n\ndef main():\n    device = get_device()\n"
+    ),
+    # YOLOv5's select_device: the literal reaches torch.device through a variable
+    "device through a variable": (
+        "import torch\ndef select(arg):\n    x = 1\n    arg = 'cuda:0'\n    y = 2\n"
+        "    return torch.device(arg)\n"
+    ),
+    # timm's Attention: a mask helper between the scores and the softmax (no eager-attention run)
+    "eager attention around a mask helper": (
+        "import torch\ndef forward(self, q, k, v, mask):\n    q = q * self.scale\n"
+        "    attn = q @ k.transpose(-2, -1)\n    bias = resolve_mask(attn, mask)\n"
+        "    attn = attn.softmax(dim=-1)\n    return attn @ v\n"
+    ),
+    "eager attention in a branch": (
+        "import torch\nclass A(torch.nn.Module):\n    def forward(self, q, k, v):\n"
+        "        if self.fused:\n            x = torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"
+        "        else:\n            attn = (q @ k.transpose(-2, -1)) * self.scale\n"
+        "            attn = attn.softmax(dim=-1)\n            x = attn @ v\n        return x\n"
+    ),
 }
 
 
@@ -144,6 +166,40 @@ def test_the_region_road_finds_what_it_should_not_skip() -> None:
     results = [assert_same(source.encode()) for source in LAYOUTS.values()]
     found = [result is not None and bool(result.findings) for result in results]
     assert sum(found) >= len(LAYOUTS) - 2  # only the comment-only and one import-only case are empty
+
+
+def region_lines(source: str) -> list[tuple[int, int]]:
+    """The lines the region road hands to libcst: (first, last) of each region."""
+    lines = split_lines(source)
+    starts = line_starts(lines)
+    tree = ast.parse(source)
+    survey = INDEX.anchors.survey(source, word_counts(source))
+    assert survey is not None
+    anchored = survey.lines(ImportTable.of_ast(tree).bound, starts)
+    return [(r.first, r.last) for r in regions(tree, lines, *anchored)]
+
+
+LONG_BODY = "".join(f"    y{i} = f(y{i - 1})\n" for i in range(1, 40))
+
+
+def test_a_device_literal_that_flows_nowhere_needs_only_its_statement() -> None:
+    """A literal that a `flows` rule matches reads its whole function only where it is assigned
+    or returned; passed straight to `.to()`, its statement is enough."""
+    passed = f"import torch\ndef f(model):\n    y0 = 0\n{LONG_BODY}    model.to('cuda')\n"
+    assert region_lines(passed)[-1] == (43, 43)
+    assigned = f"import torch\ndef f():\n    y0 = 0\n{LONG_BODY}    d = 'cuda'\n    return torch.zeros(1, device=d)\n"
+    assert region_lines(assigned)[-1] == (2, 44)
+    assert_same(passed.encode())
+    assert_same(assigned.encode())
+
+
+def test_a_function_whose_blocks_hold_no_run_of_the_steps_is_not_read_for_them() -> None:
+    """Eager attention's words in one function but no run of statements of its shape (the
+    scores, then a helper, then the softmax): the statements rules do not ask for the function."""
+    source = LAYOUTS["eager attention around a mask helper"] + f"def g():\n    y0 = 0\n{LONG_BODY}"
+    assert all(last - first < 5 for first, last in region_lines(source))
+    run = LAYOUTS["eager attention in a branch"]
+    assert region_lines(run)[-1] == (3, 10)  # the whole forward: the data flow is read there
 
 
 @pytest.mark.parametrize("source", LAYOUTS.values(), ids=LAYOUTS.keys())

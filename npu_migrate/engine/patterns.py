@@ -4,6 +4,7 @@ resolution), and fix templates filled with what the metavariables matched."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 import textwrap
@@ -70,6 +71,13 @@ class Pattern:
     def _anchor(self) -> Callable[[cst.CSTNode], bool]:
         """A cheap first test that most nodes of the root type fail (see _first_test)."""
         return _first_test(self.tree)
+
+    @functools.cached_property
+    def statement_test(self) -> Callable[[ast.stmt], bool]:
+        """What a statement the stdlib parser read must be to match this statement pattern: its
+        type, and for an assignment or expression statement its value's root (the callee's last
+        name, the operator). A necessary test only: what it cannot tell, it lets pass."""
+        return _statement_test(self.tree)
 
     @property
     def key(self) -> str:
@@ -158,6 +166,65 @@ def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:
         return lambda node: isinstance(node, cst.Assign) and len(node.targets) == 1 and value(node.value)
     kind = type(tree)
     return lambda node: type(node) is kind
+
+
+# libcst's statement and operator types -> the stdlib parser's
+_STATEMENTS: dict[type[cst.CSTNode], type[ast.stmt]] = {
+    cst.Assign: ast.Assign,
+    cst.AnnAssign: ast.AnnAssign,
+    cst.AugAssign: ast.AugAssign,
+    cst.Expr: ast.Expr,
+    cst.Return: ast.Return,
+    cst.If: ast.If,
+    cst.For: ast.For,
+    cst.While: ast.While,
+    cst.With: ast.With,
+    cst.Raise: ast.Raise,
+    cst.FunctionDef: ast.FunctionDef,
+}
+_OPERATORS: dict[type[cst.CSTNode], type[ast.operator]] = {
+    cst.Add: ast.Add,
+    cst.Subtract: ast.Sub,
+    cst.Multiply: ast.Mult,
+    cst.Divide: ast.Div,
+    cst.FloorDivide: ast.FloorDiv,
+    cst.Modulo: ast.Mod,
+    cst.Power: ast.Pow,
+    cst.MatrixMultiply: ast.MatMult,
+}
+
+
+def _statement_test(tree: cst.CSTNode) -> Callable[[ast.stmt], bool]:
+    kind = _STATEMENTS.get(type(tree))
+    if kind is None:
+        return lambda statement: True
+    value = getattr(tree, "value", None)
+    if isinstance(tree, cst.Assign | cst.Expr) and isinstance(value, cst.BaseExpression):
+        test = _expression_test(value)
+        if isinstance(tree, cst.Assign):
+            targets = len(tree.targets)
+            return lambda s: isinstance(s, ast.Assign) and len(s.targets) == targets and test(s.value)
+        return lambda s: isinstance(s, ast.Expr) and test(s.value)
+    return lambda statement: isinstance(statement, kind)
+
+
+def _expression_test(tree: cst.BaseExpression) -> Callable[[ast.expr], bool]:
+    """_first_test's test on the stdlib parser's expression."""
+    if isinstance(tree, cst.Call):
+        parts = dotted_parts(tree.func)
+        if parts and not parts[-1].startswith(_PREFIX):
+            last = parts[-1]
+            return lambda node: isinstance(node, ast.Call) and _ast_last_name(node.func) == last
+    if isinstance(tree, cst.BinaryOperation) and type(tree.operator) in _OPERATORS:
+        operator = _OPERATORS[type(tree.operator)]
+        return lambda node: isinstance(node, ast.BinOp) and isinstance(node.op, operator)
+    return lambda node: True
+
+
+def _ast_last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _tokens(node: cst.CSTNode) -> Iterator[str]:

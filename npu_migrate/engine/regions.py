@@ -22,7 +22,7 @@ import functools
 import re
 import textwrap
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -41,6 +41,8 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # What may stand between the tokens of one expression: spaces, line breaks inside brackets,
 # backslash continuations, comments. A comment runs to the end of its line (the lookahead): else
 # a banner of `#`s splits into comments in exponentially many ways before a match fails.
+BlockTest = Callable[[list[ast.stmt]], bool]
+
 _GAP = r"(?:\s|\\\r?\n|#[^\r\n]*(?![^\r\n]))*"
 CALLED = _GAP + r"\("  # the name is called
 ASSIGNED = _GAP + r"=(?!=)"  # the name is assigned to
@@ -80,6 +82,8 @@ class _Rule:
     alternatives: tuple[frozenset[Token], ...]
     function: bool
     whole: re.Pattern[str] | bool = False  # its matches read the whole file (where the text spells this)
+    block: BlockTest | None = None  # see Anchors.rule
+    only_at: tuple[type[ast.stmt], ...] = ()
 
 
 @dataclass
@@ -93,17 +97,25 @@ class Anchors:
     anywhere: bool = False  # some rule has no anchor: every file is parsed whole
 
     def rule(
-        self, *alternatives: Iterable[Token], function: bool = False, whole: re.Pattern[str] | bool = False
+        self,
+        *alternatives: Iterable[Token],
+        function: bool = False,
+        whole: re.Pattern[str] | bool = False,
+        block: BlockTest | None = None,
+        only_at: tuple[type[ast.stmt], ...] = (),
     ) -> None:
         """One rule's anchors; `function`: its matches need their whole enclosing function;
         `whole`: the whole file, wherever it spells them (a move looked for through a script's
         names), or where the text also spells this regex (the `def` of a method a match reads
-        from its class)."""
+        from its class). For a function rule, `block`: a match lies in a block of statements
+        that passes this test (a run of statements that may match), so a function with no such
+        block around the anchor holds none; `only_at`: the function is needed only where the
+        anchor's statement, inside a function, is one of these types (else the statement is)."""
         choices = tuple(frozenset(a) for a in alternatives)
         if not choices or not all(choices):
             self.anywhere = True
             return
-        self._rules.append(_Rule(choices, function, whole))
+        self._rules.append(_Rule(choices, function, whole, block, only_at))
         strings = {t.value for c in choices for t in c if t.kind == "regex"}
         self._string_regexes = tuple(sorted(strings | set(self._string_regexes)))
         for token in (token for choice in choices for token in choice):
@@ -240,7 +252,9 @@ class Survey:
                 statement_regexes |= regexes(chosen)
                 continue
             needs = tuple(lines(regexes(other)) for other in rule.alternatives if other is not chosen)
-            function_anchors += [FunctionAnchor(line, needs) for line in lines(regexes(chosen))]
+            function_anchors += [
+                FunctionAnchor(line, needs, rule.block, rule.only_at) for line in lines(regexes(chosen))
+            ]
         return lines(statement_regexes), sorted(function_anchors)
 
 
@@ -248,13 +262,21 @@ class Survey:
 class FunctionAnchor:
     """A line a function rule's anchor is on, and for each of the rule's other alternatives the
     lines that spell it: a function that holds the line but none of one alternative's lines
-    cannot hold a match (a match lies in one function and spells every alternative)."""
+    cannot hold a match (a match lies in one function and spells every alternative). `block`
+    and `only_at`: as Anchors.rule has them."""
 
     line: int
     needs: tuple[list[int], ...] = ()
+    block: BlockTest | None = field(default=None, compare=False)
+    only_at: tuple[type[ast.stmt], ...] = field(default=(), compare=False)
 
     def met_in(self, first: int, last: int) -> bool:
         return all(any(first <= line <= last for line in need) for need in self.needs)
+
+    def block_met(self, body: list[ast.stmt]) -> bool:
+        """Whether some block around the line passes the rule's block test (if it has one)."""
+        test = self.block
+        return test is None or any(test(block) for block, _ in _blocks_around(body, self.line))
 
 
 def _chain(chain: list[str], then: str) -> str:
@@ -364,7 +386,14 @@ def regions(
     for line in statement_lines:
         found.add(_around(tree.body, line, lines, None) or (0, 0, False))
     for anchor in function_anchors:
-        if _in_a_function(tree.body, anchor.line):
+        in_a_function = _in_a_function(tree.body, anchor.line)
+        if anchor.only_at and not (
+            in_a_function and isinstance(_innermost(tree.body, anchor.line), anchor.only_at)
+        ):
+            found.add(_around(tree.body, anchor.line, lines, None) or (0, 0, False))
+        elif not anchor.block_met(tree.body):
+            continue
+        elif in_a_function:
             span = _around(tree.body, anchor.line, lines, (0, 0))
             if span is not None and anchor.met_in(span[0], span[1]):
                 found.add(span)
@@ -386,6 +415,25 @@ def _in_a_function(body: list[ast.stmt], line: int) -> bool:
                 return True
             return any(_in_a_function(block, line) for block in ast_blocks(statement))
     return False
+
+
+def _blocks_around(body: list[ast.stmt], line: int) -> Iterator[tuple[list[ast.stmt], int]]:
+    """Each block around `line`, outermost first, with the index of its statement that holds it."""
+    for at, statement in enumerate(body):
+        first, last = _span(statement)
+        if first <= line <= last:
+            yield body, at
+            for block in ast_blocks(statement):
+                yield from _blocks_around(block, line)
+            return
+
+
+def _innermost(body: list[ast.stmt], line: int) -> ast.stmt | None:
+    """The innermost statement that holds `line`."""
+    found = None
+    for block, at in _blocks_around(body, line):
+        found = block[at]
+    return found
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:

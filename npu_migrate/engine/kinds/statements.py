@@ -9,6 +9,8 @@ Otherwise the match is reported with the fix held, and why."""
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, cast
@@ -17,7 +19,7 @@ import libcst as cst
 from pydantic import AfterValidator, Field, model_validator
 
 from npu_migrate.engine.fixes import framed, guard_passes, is_guard_test
-from npu_migrate.engine.holds import subtree
+from npu_migrate.engine.holds import children, subtree
 from npu_migrate.engine.kinds.base import Candidate, Fixed, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.kinds.pattern import assigned_names, parses
@@ -279,22 +281,17 @@ class StatementsMatcher(Matcher):
         function = self.ctx.facts.functions[-1]
         in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)}
         gone = {id(n) for statement in removed for n in subtree(statement)} | {id(n) for n in subtree(into)}
-        looped = any(
-            isinstance(node, cst.For | cst.While) and any(n is reader for n in subtree(node))
-            for node in subtree(function)
-        )
-        after = False
-        for node, past_reader in _names_in_order(function, reader):
-            after = after or past_reader
+        looped = any(isinstance(node, cst.For | cst.While) for node in _path_to(function, reader))
+        for node, path, past_reader in _names_in_order(function, reader):
             if node.value not in chain or id(node) in gone:
                 continue
-            if id(node) in in_reader or after or looped:
+            if id(node) in in_reader or past_reader or looped:
                 where = "there" if id(node) in in_reader else "after it"
-                line = code_of(_line_of(function, node), self.ctx.module)
+                line = next((n for n in reversed(path) if isinstance(n, cst.SimpleStatementLine)), node)
                 return Hold(
                     READ_ELSEWHERE,
-                    f"`{node.value}`, which these statements compute, is read {where} (`{line}`): "
-                    "the fused code does not compute it",
+                    f"`{node.value}`, which these statements compute, is read {where} "
+                    f"(`{code_of(line, self.ctx.module)}`): the fused code does not compute it",
                 )
         return None
 
@@ -344,6 +341,20 @@ def _leading(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
     return cast(Sequence[cst.EmptyLine], getattr(statement, "leading_lines", ()))
 
 
+def _may_run(steps: list[Step], block: list[ast.stmt]) -> bool:
+    """Whether the steps may match a run of the block's statements (as the stdlib parser read
+    them: Pattern.statement_test), followed by the reader: a necessary test, an optional step
+    tried both taken and skipped."""
+
+    def run(step: int, at: int) -> bool:
+        if step == len(steps):
+            return at < len(block)
+        taken = at < len(block) and any(p.statement_test(block[at]) for p in steps[step].alternatives)
+        return (taken and run(step + 1, at + 1)) or (steps[step].optional and run(step + 1, at))
+
+    return any(run(0, start) for start in range(len(block)))
+
+
 def _matchable(statement: cst.BaseStatement) -> cst.CSTNode | None:
     """What a step pattern is matched against: a line's one small statement, or a compound
     statement whole."""
@@ -357,34 +368,44 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
     return set().union(*map(assigned_names, subtree(statement)))
 
 
-def _names_in_order(tree: cst.CSTNode, mark: cst.CSTNode) -> Iterator[tuple[cst.Name, bool]]:
-    """The names the code reads or binds, in source order, each with whether `mark` is behind
-    it (attribute names and keyword names aside: they name no variable)."""
+def _names_in_order(
+    tree: cst.CSTNode, mark: cst.CSTNode
+) -> Iterator[tuple[cst.Name, list[cst.CSTNode], bool]]:
+    """The names the code reads or binds, in source order, each with the nodes around it and
+    whether `mark` is behind it (attribute names and keyword names aside: they name no
+    variable). One walk with a stack of the open nodes."""
+    path: list[cst.CSTNode] = []
     passed = False
-
-    def walk(node: cst.CSTNode) -> Iterator[tuple[cst.Name, bool]]:
-        nonlocal passed
+    pending: list[tuple[cst.CSTNode, bool]] = [(tree, False)]  # (node, whether it is being left)
+    while pending:
+        node, leaving = pending.pop()
+        if leaving:
+            path.pop()
+            passed = passed or node is mark
+            continue
         if isinstance(node, cst.Name):
-            yield node, passed
-        for child in node.children:
-            if isinstance(node, cst.Attribute) and child is node.attr:
-                continue
-            if isinstance(node, cst.Arg) and child is node.keyword:
-                continue
-            yield from walk(child)
-        if node is mark:
-            passed = True
+            yield node, path, passed
+        path.append(node)
+        pending.append((node, True))
+        skipped = (
+            node.attr
+            if isinstance(node, cst.Attribute)
+            else node.keyword
+            if isinstance(node, cst.Arg)
+            else None
+        )
+        pending += [(child, False) for child in reversed(children(node)) if child is not skipped]
 
-    yield from walk(tree)
 
-
-def _line_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
-    """The innermost simple statement line around `node` (the node itself if none)."""
-    found: cst.CSTNode = node
-    for line in subtree(function):
-        if isinstance(line, cst.SimpleStatementLine) and any(n is node for n in subtree(line)):
-            found = line
-    return found
+def _path_to(tree: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes from `tree` down to `target` (empty when it is not inside)."""
+    if tree is target:
+        return [tree]
+    for child in children(tree):
+        path = _path_to(child, target)
+        if path:
+            return [tree, *path]
+    return []
 
 
 class StatementsKind(Kind[StatementsMatch]):
@@ -417,11 +438,12 @@ class StatementsKind(Kind[StatementsMatch]):
 
     def anchor(self, anchors: Anchors) -> None:
         """Each required step spells the first anchor of one of its alternatives; the matches
-        need their whole function (the data flow is read there)."""
+        need their whole function (the data flow is read there), where a block in it may hold
+        the run (_may_run)."""
         for _, match in self.entries:
             choices: list[list[Token]] = []
             for step in match.statements:
                 firsts = [p.anchors()[:1] for p in step.alternatives]
                 if not step.optional and all(firsts):
                     choices.append([token for first in firsts for token in first[0]])
-            anchors.rule(*choices, function=True)
+            anchors.rule(*choices, function=True, block=functools.partial(_may_run, match.statements))

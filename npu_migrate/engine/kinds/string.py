@@ -347,10 +347,16 @@ class StringKind(Kind[StringMatch]):
             prefilter.need_regex(string.regex.pattern)
 
     def anchor(self, anchors: Anchors) -> None:
-        """A literal's text; a rule whose literal may flow through a variable reads the whole
-        function around it (the variable's use is there)."""
+        """A literal's text; a rule whose literal may flow reads the whole function around a
+        literal assigned to a variable (the variable's use is there: _flows_of) or returned (the
+        function's calls are found by its name: visit_Return)."""
         for string in self.strings:
-            anchors.rule([Token.regex(string.regex.pattern)], function=any(w.flows for w in string.where))
+            flows = any(w.flows for w in string.where)
+            anchors.rule(
+                [Token.regex(string.regex.pattern)],
+                function=flows,
+                only_at=(ast.Assign, ast.AnnAssign, ast.Return),
+            )
 
 
 def _uses_of_calls(tree: ast.Module, function: str) -> list[tuple[str, str]]:
