@@ -3,9 +3,12 @@ into CUDA-only code left behind, and code that already handles the NPU stays as 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import libcst as cst
 import pytest
 
-from npu_migrate.engine.holds import names_npu
+from npu_migrate.engine.holds import children, names_npu, subtree
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult
@@ -206,3 +209,50 @@ def test_one_device_state_stays_on_one_device() -> None:
     other_state = RNG_SPLIT.replace("return torch.cuda.get_rng_state()", "torch.cuda.synchronize()")
     synchronized, result = run(other_state)
     assert "torch.npu.synchronize()" in synchronized and ("NPU101", 10) in held(result)
+
+
+# ----------------------------------------------------------------------------- children
+
+
+_TOKENS = (
+    cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Comment, cst.Newline,
+    cst.Comma, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual,
+    cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp,
+    cst.Asynchronous, cst.ImportStar, cst.ParamSlash, cst.ParamStar,
+)  # fmt: skip
+EVERY_FORM = """
+@decorator(arg)
+class A(Base, metaclass=M):
+    @property
+    def f(self, a, /, b: int = 1, *args, c=2, **kwargs) -> "A":
+        x = y if cond(z) else w
+        try:
+            pass
+        except (E, F) as e:
+            raise G from e
+        match x:
+            case [p, *q] if p > q:
+                return f(k=v, *s, **t)
+        return lambda m, /, n=1: m + n
+"""
+
+
+def test_children_come_in_source_order() -> None:
+    """holds.children reads a node's fields: every node's children are libcst's, and all but
+    the tokens in libcst's (source) order, on every form whose fields put code out of order and
+    on the fixture projects."""
+    sources = [EVERY_FORM, *(p.read_bytes() for p in sorted(Path("fixtures").rglob("*.py")))]
+    seen: set[str] = set()
+    for source in sources:
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError:  # fixtures of files no tool can read
+            continue
+        for node in subtree(module):
+            seen.add(type(node).__name__)
+            ours, libcsts = children(node), node.children
+            assert {id(c) for c in ours} == {id(c) for c in libcsts}, type(node).__name__
+            code = [id(c) for c in ours if not isinstance(c, _TOKENS)]
+            assert code == [id(c) for c in libcsts if not isinstance(c, _TOKENS)], type(node).__name__
+    assert {"Arg", "IfExp", "FunctionDef", "ClassDef", "ExceptHandler", "MatchCase", "Parameters"} <= seen

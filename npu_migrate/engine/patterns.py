@@ -328,11 +328,9 @@ def _same(
     )
 
 
-@functools.lru_cache(maxsize=1 << 14)
-def _parts(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
-    """A node's children that a match compares (whitespace aside); every pattern of every rule
-    asks about the same nodes of a file, so the last ones asked about are kept."""
-    return tuple(c for c in children(node) if not isinstance(c, _IGNORED))
+def _parts(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """A node's children that a match compares (whitespace, commas and parentheses aside)."""
+    return [c for c in children(node) if not isinstance(c, _IGNORED)]
 
 
 class _Spelling(cst.CSTTransformer):

@@ -30,7 +30,7 @@ from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import NO_MODULE, ModulePath
-from npu_migrate.prefilter import TOP_LEVEL_DEFINITION, imported_fragment
+from npu_migrate.prefilter import TOP_LEVEL_DEFINITION, imports_fragment
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _QUOTE = re.compile("[\"']")
@@ -136,7 +136,7 @@ class Anchors:
             if token.kind == "regex":
                 return token.value in strings
             if token.kind == "fragment":
-                return imported_fragment(token.value).search(text) is not None
+                return imports_fragment(text, token.value)
             return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
 
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
@@ -273,10 +273,19 @@ class FunctionAnchor:
     def met_in(self, first: int, last: int) -> bool:
         return all(any(first <= line <= last for line in need) for need in self.needs)
 
-    def block_met(self, body: list[ast.stmt]) -> bool:
-        """Whether some block around the line passes the rule's block test (if it has one)."""
+    def block_met(self, body: list[ast.stmt], tested: dict[tuple[int, int], bool]) -> bool:
+        """Whether some block around the line passes the rule's block test (if it has one);
+        `tested`: (test, block) -> its outcome, for the other anchors in the same blocks."""
         test = self.block
-        return test is None or any(test(block) for block, _ in _blocks_around(body, self.line))
+        if test is None:
+            return True
+        for block, _ in _blocks_around(body, self.line):
+            key = (id(test), id(block))
+            if key not in tested:
+                tested[key] = test(block)
+            if tested[key]:
+                return True
+        return False
 
 
 def _chain(chain: list[str], then: str) -> str:
@@ -383,6 +392,7 @@ def regions(
 ) -> list[Region]:
     """The regions around the anchor lines, outermost only, in file order."""
     found: set[tuple[int, int, bool]] = set()
+    tested: dict[tuple[int, int], bool] = {}
     for line in statement_lines:
         found.add(_around(tree.body, line, lines, None) or (0, 0, False))
     for anchor in function_anchors:
@@ -391,7 +401,7 @@ def regions(
             in_a_function and isinstance(_innermost(tree.body, anchor.line), anchor.only_at)
         ):
             found.add(_around(tree.body, anchor.line, lines, None) or (0, 0, False))
-        elif not anchor.block_met(tree.body):
+        elif not anchor.block_met(tree.body, tested):
             continue
         elif in_a_function:
             span = _around(tree.body, anchor.line, lines, (0, 0))

@@ -234,8 +234,9 @@ def _match(
         sites = ctx.sites(spans_in_file)
         if not any(site.has_fix for site in sites):
             return ctx  # the model only ever holds fixes: a file of reports needs none
-        if program is None:
-            program = program_of({line for s in spans_in_file for line in range(s.line, s.end[0] + 1)})
+        if program is None:  # read around what it can hold or what can make it hold: not the notes
+            weighed = [site.span for site in sites if site.has_fix or site.severe]
+            program = program_of({line for s in weighed for line in range(s.line, s.end[0] + 1)})
         found = program_holds(sites, program).items()
         more = {(ctx.matches[i].node, ctx.matches[i].candidate.rule.code): why for i, why in found}
         more = {key: why for key, why in more.items() if key not in decided}

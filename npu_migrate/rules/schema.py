@@ -3,6 +3,7 @@ published JSON Schema. The `match:` mapping is one of the registered match kinds
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
@@ -72,6 +73,12 @@ class Substitute(Strict):
 EDIT_KINDS = ("rename", "template", "substitute", "keywords", "add_line")
 
 
+@functools.cache
+def _parsed_helper(code: str) -> cst.BaseStatement:
+    """A helper's code, parsed once: rules share helpers (YAML anchors in rules/fused.yaml)."""
+    return cst.parse_statement(code)
+
+
 class Fix(Strict):
     rename: dict[DottedName, DottedName] | None = Field(
         default=None,
@@ -134,7 +141,7 @@ class Fix(Strict):
     def _helpers_define_themselves(self) -> Fix:
         for name, code in self.helpers.items():
             try:
-                statement = cst.parse_statement(code)
+                statement = _parsed_helper(code)
             except cst.ParserSyntaxError as exc:
                 raise ValueError(f"helper {name} does not parse: {exc.message}") from None
             if not isinstance(statement, cst.FunctionDef | cst.ClassDef) or statement.name.value != name:

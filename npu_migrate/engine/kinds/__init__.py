@@ -39,9 +39,12 @@ KINDS: tuple[type[Kind], ...] = (
 )
 
 
+_BY_SCHEMA: dict[type, type[Kind]] = {kind.schema: kind for kind in KINDS}
+
+
 def kind_of(match: object) -> type[Kind]:
     """The kind whose schema a parsed `match:` mapping is."""
-    return next(kind for kind in KINDS if isinstance(match, kind.schema))
+    return _BY_SCHEMA.get(type(match)) or next(kind for kind in KINDS if isinstance(match, kind.schema))
 
 
 def content_of(match: object) -> str:
