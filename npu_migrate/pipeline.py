@@ -255,8 +255,8 @@ def _passed_by_the_prefilter(
 ) -> list[int]:
     """The Python files among `todo` that no rule of the set can match, and that hold no
     suppression to report unused: their result is empty, as the engine's would be, without
-    loading the rules or the engine. The set's prefilter is kept in the cache after the first
-    run that builds it."""
+    loading the rules or the engine. The set's prefilter is kept in the cache by the first run
+    that builds it, whose workers test the files themselves."""
     from npu_migrate.engine.suppressions import marked
     from npu_migrate.prefilter import Prefilter, word_counts
 
@@ -265,13 +265,13 @@ def _passed_by_the_prefilter(
         return []
     key = cache.key(b"the python prefilter of this salt")
     raw = cache.get(key)
-    if raw is None:
+    if raw is None:  # the set's first run: its workers test every file (a test here would be a second)
         from npu_migrate.engine.index import RuleIndex
 
         prefilter = RuleIndex(source.rules, source.silenced).prefilter
         cache.put(key, json.dumps(prefilter.to_json()).encode())
-    else:
-        prefilter = Prefilter.from_json(json.loads(raw))
+        return []
+    prefilter = Prefilter.from_json(json.loads(raw))
     passed = []
     for i in python:
         text = (files[i].data or b"").decode("latin-1")  # as the engine reads its words

@@ -187,7 +187,7 @@ def test_a_device_literal_that_flows_nowhere_needs_only_its_statement() -> None:
     or returned; passed straight to `.to()`, its statement is enough."""
     passed = f"import torch\ndef f(model):\n    y0 = 0\n{LONG_BODY}    model.to('cuda')\n"
     assert region_lines(passed)[-1] == (43, 43)
-    assigned = f"import torch\ndef f():\n    y0 = 0\n{LONG_BODY}    d = 'cuda'\n    return torch.zeros(1, device=d)\n"
+    assigned = f"import torch\ndef f():\n    y0 = 0\n{LONG_BODY}    d = 'cuda'\n    return g(device=d)\n"
     assert region_lines(assigned)[-1] == (2, 44)
     assert_same(passed.encode())
     assert_same(assigned.encode())
