@@ -38,11 +38,11 @@ _WINDOW = 1024
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+BlockTest = Callable[[list[ast.stmt]], bool]  # whether a block's statements may hold a match
+
 # What may stand between the tokens of one expression: spaces, line breaks inside brackets,
 # backslash continuations, comments. A comment runs to the end of its line (the lookahead): else
 # a banner of `#`s splits into comments in exponentially many ways before a match fails.
-BlockTest = Callable[[list[ast.stmt]], bool]
-
 _GAP = r"(?:\s|\\\r?\n|#[^\r\n]*(?![^\r\n]))*"
 CALLED = _GAP + r"\("  # the name is called
 ASSIGNED = _GAP + r"=(?!=)"  # the name is assigned to
