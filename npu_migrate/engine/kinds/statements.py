@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, cast
 
@@ -60,12 +60,6 @@ class Step(Strict):
     def alternatives(self) -> list[Pattern]:
         sources = [self.if_test] if self.if_test is not None else self.pattern
         return [Pattern.compile(s) for s in (sources if isinstance(sources, list) else [sources])]
-
-    def target(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
-        """What in a statement the step's patterns are matched against."""
-        if self.if_test is None:
-            return statement
-        return statement.test if isinstance(statement, cst.If) else None
 
 
 class StatementsMatch(Strict):
@@ -147,11 +141,13 @@ class StatementsMatcher(Matcher):
             return []
         candidates: list[Candidate] = []
         taken: set[int] = set()
+        statements = [_matchable(statement) for statement in block.body]
+        tests = [n.test if isinstance(n, cst.If) else None for n in statements]  # for if_test steps
         for start in range(len(block.body) - 1):
-            for rule, match in self.kind.entries:
+            for rule, match, steps, readers in self.kind.compiled:
                 if rule.fix and rule.fix.guard and self._kept.get(id(block)) == rule.fix.guard:
                     continue
-                found = self._match_at(match, block.body, start)
+                found = self._match_at(steps, readers, block.body, (statements, tests), start)
                 if found is None or taken & set(range(start, found[0] + 1)):
                     continue
                 reader_index, bindings, into = found
@@ -164,28 +160,32 @@ class StatementsMatcher(Matcher):
         return candidates
 
     def _match_at(
-        self, match: StatementsMatch, body: Sequence[cst.BaseStatement], start: int
+        self,
+        steps: list[_Step],
+        patterns: list[Pattern],
+        body: Sequence[cst.BaseStatement],
+        targets: tuple[list[cst.CSTNode | None], list[cst.BaseExpression | None]],
+        start: int,
     ) -> tuple[int, dict[str, cst.CSTNode], cst.CSTNode] | None:
         """Where the statements from `start` match: (the reader's index, the bindings, the `into`
-        node inside the reader), or None."""
+        node inside the reader), or None. `targets`: each statement of the body as a step
+        pattern matches it, and its test where it is an `if`."""
         bindings: dict[str, cst.CSTNode] = {}
         index = start
         qualify = self.ctx.table.qualify
-        for step in match.statements:
-            node = step.target(_matchable(body[index]) if index < len(body) else None)
+        for optional, of_test, alternatives in steps:
+            node = targets[of_test][index] if index < len(body) else None
             found = None
             if node is not None:
                 found = next(
-                    (b for p in step.alternatives if (b := p.match(node, qualify, bindings)) is not None),
-                    None,
+                    (b for p in alternatives if (b := p.match(node, qualify, bindings)) is not None), None
                 )
             if found is not None:
                 bindings, index = found, index + 1
-            elif not step.optional:
+            elif not optional:
                 return None
         if index == start or index >= len(body):
             return None
-        patterns = _into(match)
         for node in subtree(body[index]):
             for into in patterns:
                 if (
@@ -408,11 +408,27 @@ def _path_to(tree: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
     return []
 
 
+# A step compiled: whether it is optional, whether it matches an `if`'s test, its patterns.
+_Step = tuple[bool, bool, list[Pattern]]
+
+
 class StatementsKind(Kind[StatementsMatch]):
     key = "statements"
     schema = StatementsMatch
     matcher_type = StatementsMatcher
     fixes = frozenset({"template"})
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        super().__init__(rules)
+        self.compiled: list[tuple[Rule, StatementsMatch, list[_Step], list[Pattern]]] = [
+            (
+                rule,
+                match,
+                [(s.optional, s.if_test is not None, s.alternatives) for s in match.statements],
+                _into(match),
+            )
+            for rule, match in self.entries
+        ]
 
     @staticmethod
     def refuses(match: StatementsMatch, fixes: bool) -> str | None:
