@@ -73,6 +73,19 @@ class Pattern:
         return _first_test(self.tree)
 
     @functools.cached_property
+    def root_key(self) -> tuple[str, object] | None:
+        """node_key of every node this pattern can match, where _first_test asks for one (the
+        callee's last name, the operator, the def's name), so that a kind tries a node only
+        with the patterns keyed as it is; None where it does not."""
+        tree = self.tree
+        if isinstance(tree, cst.Call):
+            parts = dotted_parts(tree.func)
+            return ("call", parts[-1]) if parts and not parts[-1].startswith(_PREFIX) else None
+        if isinstance(tree, cst.FunctionDef) and _metavar(tree.name) is not None:
+            return None
+        return node_key(tree)
+
+    @functools.cached_property
     def statement_test(self) -> Callable[[ast.stmt], bool]:
         """What a statement the stdlib parser read must be to match this statement pattern: its
         type, and for an assignment or expression statement its value's root (the callee's last
@@ -141,6 +154,18 @@ class Pattern:
             return None
         bindings = dict(bound or {})
         return bindings if _same(self.tree, node, bindings, qualify) else None
+
+
+def node_key(node: cst.CSTNode) -> tuple[str, object] | None:
+    """A node's Pattern.root_key: a call's callee's last name, a binary operation's operator, a
+    def's name; None for other nodes."""
+    if isinstance(node, cst.Call):
+        return "call", _last_name(node.func)
+    if isinstance(node, cst.BinaryOperation):
+        return "operator", type(node.operator)
+    if isinstance(node, cst.FunctionDef):
+        return "def", node.name.value
+    return None
 
 
 def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:

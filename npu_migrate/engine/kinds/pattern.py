@@ -19,7 +19,7 @@ from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.kinds.base import Candidate, Hoist, Kind, LeaveHook, Matcher, VisitHook
 from npu_migrate.engine.kinds.fields import Strict
 from npu_migrate.engine.names import dotted_parts, is_docstring, method_of, statement_lines
-from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill
+from npu_migrate.engine.patterns import METAVARIABLE, Pattern, code_of, fill, node_key
 from npu_migrate.engine.regions import Anchors
 from npu_migrate.prefilter import Prefilter
 
@@ -116,7 +116,10 @@ class PatternMatcher(Matcher):
 
     def _leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[Candidate]:
         candidates = []
+        keys = {node_key(original), node_key(updated)}
         for rule, pattern in self.kind.by_type[type(original)]:
+            if pattern.root_key is not None and pattern.root_key not in keys:
+                continue  # its first test fails on both
             match = cast(PatternMatch, rule.match)
             bindings = pattern.match(updated, self.ctx.table.qualify)
             if bindings is None and self.ctx.enabled and not (rule.fix and rule.fix.template):
