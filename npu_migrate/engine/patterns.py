@@ -77,13 +77,7 @@ class Pattern:
         """node_key of every node this pattern can match, where _first_test asks for one (the
         callee's last name, the operator, the def's name), so that a kind tries a node only
         with the patterns keyed as it is; None where it does not."""
-        tree = self.tree
-        if isinstance(tree, cst.Call):
-            parts = dotted_parts(tree.func)
-            return ("call", parts[-1]) if parts and not parts[-1].startswith(_PREFIX) else None
-        if isinstance(tree, cst.FunctionDef) and _metavar(tree.name) is not None:
-            return None
-        return node_key(tree)
+        return _root_key(self.tree)
 
     @functools.cached_property
     def statement_test(self) -> Callable[[ast.stmt], bool]:
@@ -168,6 +162,15 @@ def node_key(node: cst.CSTNode) -> tuple[str, object] | None:
     return None
 
 
+def _root_key(tree: cst.CSTNode) -> tuple[str, object] | None:
+    if isinstance(tree, cst.Call):
+        parts = dotted_parts(tree.func)
+        return ("call", parts[-1]) if parts and not parts[-1].startswith(_PREFIX) else None
+    if isinstance(tree, cst.FunctionDef) and _metavar(tree.name) is not None:
+        return None  # any def: its name is bound
+    return node_key(tree)
+
+
 def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:
     """What a node must be to match `tree`, tested without walking it: the callee's last name
     for a call, the operator for a binary operation, the name of a def, an assignment's value
@@ -175,17 +178,9 @@ def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:
     and a dotted name (which the file may spell through an alias), take anything."""
     if _metavar(tree) is not None or isinstance(tree, cst.Name | cst.Attribute):
         return lambda node: True
-    if isinstance(tree, cst.Call):
-        parts = dotted_parts(tree.func)
-        if parts and not parts[-1].startswith(_PREFIX):
-            last = parts[-1]
-            return lambda node: isinstance(node, cst.Call) and _last_name(node.func) == last
-    if isinstance(tree, cst.BinaryOperation):
-        operator = type(tree.operator)
-        return lambda node: isinstance(node, cst.BinaryOperation) and type(node.operator) is operator
-    if isinstance(tree, cst.FunctionDef):
-        name = tree.name.value
-        return lambda node: isinstance(node, cst.FunctionDef) and node.name.value == name
+    key = _root_key(tree)
+    if key is not None:
+        return lambda node: node_key(node) == key
     if isinstance(tree, cst.Assign) and len(tree.targets) == 1:
         value = _first_test(tree.value)
         return lambda node: isinstance(node, cst.Assign) and len(node.targets) == 1 and value(node.value)
