@@ -239,10 +239,11 @@ def _remembered(
             b"\0".join([(outcome.file.data or b""), outcome.file.display.encode(), found.encode()])
         )
         raw = cache.get(key)
-        try:
-            return {str(name): str(where) for name, where in json.loads(raw or "null").items()}
-        except (ValueError, AttributeError):  # no entry, or one that is not ours: read again
-            pass
+        if raw is not None:
+            try:
+                return {str(name): str(where) for name, where in json.loads(raw).items()}
+            except (ValueError, AttributeError):  # an entry that is not ours: read again
+                pass
         value = read(outcome)
         cache.put(key, json.dumps(value).encode())
         return value
