@@ -202,15 +202,21 @@ _STATEMENTS: dict[type[cst.CSTNode], type[ast.stmt]] = {
     cst.Raise: ast.Raise,
     cst.FunctionDef: ast.FunctionDef,
 }
-_OPERATORS: dict[type[cst.CSTNode], type[ast.operator]] = {
-    cst.Add: ast.Add,
-    cst.Subtract: ast.Sub,
-    cst.Multiply: ast.Mult,
-    cst.Divide: ast.Div,
-    cst.FloorDivide: ast.FloorDiv,
-    cst.Modulo: ast.Mod,
-    cst.Power: ast.Pow,
-    cst.MatrixMultiply: ast.MatMult,
+# the stdlib parser's binary operators -> libcst's (all of them: a node_key compares them)
+_OPERATORS: dict[type[ast.operator], type[cst.BaseBinaryOp]] = {
+    ast.Add: cst.Add,
+    ast.Sub: cst.Subtract,
+    ast.Mult: cst.Multiply,
+    ast.Div: cst.Divide,
+    ast.FloorDiv: cst.FloorDivide,
+    ast.Mod: cst.Modulo,
+    ast.Pow: cst.Power,
+    ast.MatMult: cst.MatrixMultiply,
+    ast.LShift: cst.LeftShift,
+    ast.RShift: cst.RightShift,
+    ast.BitOr: cst.BitOr,
+    ast.BitXor: cst.BitXor,
+    ast.BitAnd: cst.BitAnd,
 }
 
 
@@ -229,16 +235,21 @@ def _statement_test(tree: cst.CSTNode) -> Callable[[ast.stmt], bool]:
 
 
 def _expression_test(tree: cst.BaseExpression) -> Callable[[ast.expr], bool]:
-    """_first_test's test on the stdlib parser's expression."""
-    if isinstance(tree, cst.Call):
-        parts = dotted_parts(tree.func)
-        if parts and not parts[-1].startswith(_PREFIX):
-            last = parts[-1]
-            return lambda node: isinstance(node, ast.Call) and _ast_last_name(node.func) == last
-    if isinstance(tree, cst.BinaryOperation) and type(tree.operator) in _OPERATORS:
-        operator = _OPERATORS[type(tree.operator)]
-        return lambda node: isinstance(node, ast.BinOp) and isinstance(node.op, operator)
-    return lambda node: True
+    """_first_test's test on the stdlib parser's expression: the pattern's root key, read off
+    the stdlib's node."""
+    key = _root_key(tree)
+    if key is None:
+        return lambda node: True
+    return lambda node: _stdlib_key(node) == key
+
+
+def _stdlib_key(node: ast.expr) -> tuple[str, object] | None:
+    """node_key of the stdlib parser's expression."""
+    if isinstance(node, ast.Call):
+        return "call", _ast_last_name(node.func)
+    if isinstance(node, ast.BinOp):
+        return "operator", _OPERATORS[type(node.op)]
+    return None
 
 
 def _ast_last_name(node: ast.expr) -> str | None:

@@ -418,13 +418,7 @@ def regions(
 
 def _in_a_function(body: list[ast.stmt], line: int) -> bool:
     """Whether `line` is inside a function defined in `body` (at any depth)."""
-    for statement in body:
-        first, last = _span(statement)
-        if first <= line <= last:
-            if isinstance(statement, _FUNCTIONS):
-                return True
-            return any(_in_a_function(block, line) for block in ast_blocks(statement))
-    return False
+    return any(isinstance(block[at], _FUNCTIONS) for block, at in _blocks_around(body, line))
 
 
 def _blocks_around(body: list[ast.stmt], line: int) -> Iterator[tuple[list[ast.stmt], int]]:
