@@ -6,7 +6,7 @@ stalls a parser costs only that file."""
 
 from __future__ import annotations
 
-import functools
+import gc
 import hashlib
 import importlib
 import json
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
 MEMORY_SHARE = 3 / 4  # of the machine's memory, for all workers together
+# A worker's cyclic garbage collector runs once this many more containers are allocated than
+# freed (Python's default, 700, runs it thousands of times a scan: parsers allocate trees
+# without cycles, which reference counting frees).
+COLLECT_AFTER = 20_000
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -64,6 +68,14 @@ class RuleSource:
 
         loaded = load_rules(self.extra, self.builtin, overlaps_checked=self.checked_before)
         return [rule for rule in loaded if rule.code not in self.without]
+
+    @cached_property
+    def index(self) -> RuleIndex:
+        """The rules made ready for matching, once a run: the prefilter's cache entry, the reruns
+        and the workers that fork from this process share it."""
+        from npu_migrate.engine.index import RuleIndex
+
+        return RuleIndex(self.rules, self.silenced)
 
     @cached_property
     def silenced(self) -> frozenset[str]:
@@ -126,10 +138,9 @@ def run_rules(
     )
     if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
         return outcomes  # no custom operator to link (and no engine to import on a warm run)
-    from npu_migrate.engine.index import RuleIndex
     from npu_migrate.handlers.operator_links import link_operators
 
-    return link_operators(outcomes, RuleIndex(source.rules, source.silenced))
+    return link_operators(outcomes, source.index)
 
 
 def _run_facts(
@@ -186,19 +197,13 @@ def _run_facts(
     if not redo:
         return outcomes
 
-    @functools.cache
-    def index() -> RuleIndex:  # the engine is imported where a rerun is not cached
-        from npu_migrate.engine.index import RuleIndex
-
-        return RuleIndex(source.rules, source.silenced)
-
-    def rerun(file: SourceFile) -> FileResult:
+    def rerun(file: SourceFile) -> FileResult:  # the engine is imported where a rerun is not cached
         if cache is None:
-            return migrate_file(file, index(), enabled)
+            return migrate_file(file, source.index, enabled)
         key = cache.key((file.data or b"") + b"\0" + file.module.key)
         if (hit := _cached(cache, key)) is not None:
             return hit
-        result = migrate_file(file, index(), enabled)
+        result = migrate_file(file, source.index, enabled)
         if not result.tool_failed:
             cache.put(key, json.dumps(result.to_json()).encode())
         return result
@@ -267,10 +272,7 @@ def _passed_by_the_prefilter(
     key = cache.key(b"the python prefilter of this salt")
     raw = cache.get(key)
     if raw is None:  # the set's first run: its workers test every file (a test here would be a second)
-        from npu_migrate.engine.index import RuleIndex
-
-        prefilter = RuleIndex(source.rules, source.silenced).prefilter
-        cache.put(key, json.dumps(prefilter.to_json()).encode())
+        cache.put(key, json.dumps(source.index.prefilter.to_json()).encode())
         return []
     prefilter = Prefilter.from_json(json.loads(raw))
     passed = []
@@ -313,7 +315,9 @@ def _migrate_all(
     """Every file's result, from supervised worker processes: a file that crashes its worker
     (a parser's segfault) or runs past FILE_SECONDS is named in its result, and the rest of the
     run goes on. Biggest files first, so the workers finish together."""
+    global _inherited
     rules, silenced = source.rules, source.silenced
+    _inherited = source.index if _workers_fork() else None
     todo = deque(sorted(range(len(files)), key=lambda i: -len(files[i].data or b"")))
     results: dict[int, FileResult] = {}
     suspects: list[int] = []  # in flight when a worker crashed: each runs again alone
@@ -459,19 +463,30 @@ def _on_deep_stack(function: Callable[..., FileResult], *args: object) -> FileRe
 
 
 _worker: tuple[RuleIndex, frozenset[Applicability]] | None = None
+# The parent's rule index, which a worker forked from it inherits instead of building its own.
+_inherited: RuleIndex | None = None
+
+
+def _workers_fork() -> bool:
+    import multiprocessing
+
+    return multiprocessing.get_start_method() == "fork"
 
 
 def _start_worker(
     rules: tuple[Sequence[Rule], frozenset[str]], enabled: frozenset[Applicability], memory: int
 ) -> None:
-    """A worker: its rule index, its engine thread, and a cap on the memory it may take on top
-    of that, its share of MEMORY_SHARE of the machine's (a huge file fails alone, as a
-    MemoryError or a crash the supervisor names, instead of taking the machine's memory)."""
+    """A worker: its rule index (the parent's, where it forks), its engine thread, and a cap on
+    the memory it may take on top of that, its share of MEMORY_SHARE of the machine's (a huge
+    file fails alone, as a MemoryError or a crash the supervisor names, instead of taking the
+    machine's memory)."""
     from npu_migrate.engine.index import RuleIndex
 
     global _worker
     ignore_in_worker()
-    _worker = (RuleIndex(*rules), enabled)
+    _worker = (_inherited or RuleIndex(*rules), enabled)
+    gc.freeze()  # the rules live as long as the worker: no collection walks them again
+    gc.set_threshold(COLLECT_AFTER, 20, 20)
     _engine()  # its stack is reserved (and counted as data) before the cap
     held = _data_bytes()
     if held is None:

@@ -5,6 +5,7 @@ rule example of the catalog and on the layouts that make statements hard to cut 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 
 import pytest
 
@@ -13,7 +14,7 @@ from npu_migrate.engine.kinds import content_of
 from npu_migrate.engine.names import ImportTable
 from npu_migrate.engine.regions import import_bindings, line_starts, regions, split_lines
 from npu_migrate.engine.source import migrate_whole, scan_regions
-from npu_migrate.model import FileResult
+from npu_migrate.model import Applicability, FileResult
 from npu_migrate.prefilter import word_counts
 from npu_migrate.rules.load import load_rules
 
@@ -200,6 +201,21 @@ def test_a_function_whose_blocks_hold_no_run_of_the_steps_is_not_read_for_them()
     assert all(last - first < 5 for first, last in region_lines(source))
     run = LAYOUTS["eager attention in a branch"]
     assert region_lines(run)[-1] == (3, 10)  # the whole forward: the data flow is read there
+
+
+def test_a_file_is_read_whole_for_a_method_a_match_reads_only_where_it_defines_one() -> None:
+    """diffusers' GEGLU calls its own `self.gelu` (NPU958 reads that method's body): a class that
+    defines the method is read whole; timm's module-level `def gelu(x)` is no such method."""
+    use = "class GEGLU(nn.Module):\n    def forward(self, x):\n        return x * self.gelu(x)\n"
+    function = "import torch.nn.functional as F\ndef gelu(x, inplace=False):\n    return F.gelu(x)\n"
+    method = "    def gelu(\n        self, gate\n    ):\n        return F.gelu(gate)\n"
+    assert scan_regions(*_scan_arguments(function + use)) is not None
+    assert scan_regions(*_scan_arguments(use + method)) is None
+    assert_same((function + use).encode())
+
+
+def _scan_arguments(source: str) -> tuple[bytes, RuleIndex, frozenset[Applicability], Counter[str]]:
+    return source.encode(), INDEX, frozenset(), word_counts(source)
 
 
 @pytest.mark.parametrize("source", LAYOUTS.values(), ids=LAYOUTS.keys())

@@ -124,18 +124,35 @@ def children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     them, about ten times slower. Fields follow the source order but for where a node's tokens
     (whitespace, parentheses, commas) go, which no walk here looks at; the node types whose
     fields put code out of source order are asked of libcst (an argument's keyword is spelled
-    before its value)."""
+    before its value). A value is a node by its exact type (`isinstance` of libcst's abstract
+    base classes costs more than the walk)."""
     kind = type(node)
     if kind in _FIELDS_OUT_OF_ORDER:
         return tuple(node.children)
     found: list[cst.CSTNode] = []
     for name in _fields(kind):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if type(value) in NODE_TYPES:
             found.append(value)
-        elif isinstance(value, tuple | list):
-            found += [item for item in value if isinstance(item, cst.CSTNode)]
+        elif type(value) is tuple or type(value) is list:
+            found += [item for item in value if type(item) in NODE_TYPES]
     return tuple(found)
+
+
+def concrete_types(*bases: type) -> frozenset[type]:
+    """The node types that are these or derive from them (libcst's node classes are abstract
+    bases and dataclasses that are never subclassed again)."""
+    found: set[type] = set()
+    pending = list(bases)
+    while pending:
+        kind = pending.pop()
+        if kind not in found:
+            found.add(kind)
+            pending.extend(kind.__subclasses__())
+    return frozenset(found)
+
+
+NODE_TYPES = concrete_types(cst.CSTNode)
 
 
 @functools.cache

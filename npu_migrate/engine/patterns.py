@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from npu_migrate.engine.holds import children
+from npu_migrate.engine.holds import children, concrete_types, subtree
 from npu_migrate.engine.names import dotted_parts
 from npu_migrate.engine.regions import ASSIGNED, CALLED, Token
 
 METAVARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _PREFIX = "__mv_"
-_IGNORED = (
+_IGNORED = concrete_types(
     cst.SimpleWhitespace,
     cst.ParenthesizedWhitespace,
     cst.TrailingWhitespace,
@@ -320,8 +320,8 @@ def _unify(a: cst.CSTNode, b: cst.CSTNode) -> bool:
         return False
     if isinstance(a, cst.SimpleString):
         return a.evaluated_value == b.evaluated_value  # type: ignore[attr-defined]
-    mine = [c for c in a.children if not isinstance(c, _IGNORED)]
-    theirs = [c for c in b.children if not isinstance(c, _IGNORED)]
+    mine = [c for c in a.children if type(c) not in _IGNORED]
+    theirs = [c for c in b.children if type(c) not in _IGNORED]
     return len(mine) == len(theirs) and all(_unify(x, y) for x, y in zip(mine, theirs, strict=True))
 
 
@@ -353,7 +353,7 @@ def _same(
     leaf = _LEAF_FIELDS.get(type(pattern))
     if leaf and getattr(pattern, leaf) != getattr(node, leaf):
         return False
-    mine, theirs = _parts(pattern), _parts(node)
+    mine, theirs = _pattern_parts(pattern), _parts(node)
     return len(mine) == len(theirs) and all(
         _same(p, n, bindings, qualify) for p, n in zip(mine, theirs, strict=True)
     )
@@ -361,7 +361,11 @@ def _same(
 
 def _parts(node: cst.CSTNode) -> list[cst.CSTNode]:
     """A node's children that a match compares (whitespace, commas and parentheses aside)."""
-    return [c for c in children(node) if not isinstance(c, _IGNORED)]
+    return [c for c in children(node) if type(c) not in _IGNORED]
+
+
+# A pattern's nodes live as long as its rule, and each is compared with many of the file's.
+_pattern_parts = functools.cache(_parts)
 
 
 class _Spelling(cst.CSTTransformer):
@@ -382,7 +386,13 @@ class _Spelling(cst.CSTTransformer):
         code, module = self.spell(".".join(parts))
         if module:
             self.needed.append(module)
-        return cst.parse_expression(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return _spelled_name(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spelled_name(code: str) -> cst.BaseExpression:
+    """A dotted name as the file spells it (templates share their nodes, as parse_code's do)."""
+    return cst.parse_expression(code)
 
 
 _ATOMIC = (
@@ -419,7 +429,7 @@ class _Fill(cst.CSTTransformer):
 
     def visit_Arg(self, node: cst.Arg) -> bool:
         self.bare.add(node.value)
-        wanted = re.findall(_PREFIX + r"(\w+)", cst.Module(body=[]).code_for_node(node.value))
+        wanted = [name for n in subtree(node.value) if (name := _metavar(n)) is not None]
         if node.keyword is not None and any(w not in self.codes for w in wanted):
             self.dropped.add(node)
             return False

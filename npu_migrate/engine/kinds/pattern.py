@@ -305,9 +305,12 @@ class PatternKind(Kind[PatternMatch]):
 
 def _methods_defined(defines: dict[str, list[list[str]]]) -> re.Pattern[str] | bool:
     """The `def` lines of the methods (`self.NAME`) a match reads from its class: a file that
-    has one is read whole, as regions hold only the method the match is in."""
+    has one is read whole, as regions hold only the method the match is in. A method's `def` is
+    indented and takes `self` (timm's module-level `def gelu(x)` is no such method)."""
     methods = [re.escape(name.removeprefix("self.")) for name in defines if name.startswith("self.")]
-    return re.compile(rf"\bdef\s+(?:{'|'.join(methods)})\s*\(") if methods else False
+    if not methods:
+        return False
+    return re.compile(rf"^[ \t]+(?:async[ \t]+)?def[ \t]+(?:{'|'.join(methods)})[ \t]*\(\s*self\b", re.M)
 
 
 def assigned_names(statement: cst.CSTNode) -> set[str]:
