@@ -119,6 +119,9 @@ class FileResult:
     overridden: list[str] = field(default_factory=list)  # codes of catalog findings a user rule replaced
     suppressed: int = 0  # findings a suppression comment silenced (neither reported nor fixed)
     unused_suppressions: list[int] = field(default_factory=list)  # lines of comments that silenced nothing
+    # The attributes the file keeps comparing with CUDA: (name, line, the comparison), which
+    # other files of the run read (engine.program.run.kept_comparisons).
+    cuda_comparisons: list[tuple[str, int, str]] = field(default_factory=list)
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # why the file was not read (not parsed, or the tool failed on it)
     tool_failed: bool = False  # the error is the tool's or a rule's (a fix that breaks code), not the input's
@@ -159,6 +162,7 @@ class FileResult:
             overridden=data["overridden"],
             suppressed=data["suppressed"],
             unused_suppressions=data["unused_suppressions"],
+            cuda_comparisons=[(name, line, text) for name, line, text in data["cuda_comparisons"]],
             new_source=None if new_source is None else new_source.encode("latin-1"),
             error=data["error"],
         )

@@ -159,7 +159,6 @@ def _run_facts(
         return outcomes  # nothing found, nothing to tell other files (nor a module to import for it)
     from npu_migrate.engine.program.run import (
         Calls,
-        compared_in,
         fixed,
         hands_on,
         imported_modules,
@@ -170,7 +169,7 @@ def _run_facts(
 
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
-    compared = kept_comparisons(python, _remembered(compared_in, cache)) if fixing else {}
+    compared = kept_comparisons(python) if fixing else {}
     holding = {f.rule.code: f.rule.held_for_words for o in python for f in o.result.findings if fixed(f)}
     every_python = [o for o in outcomes if kind_of(o.file) == "python"]
     mentioned = words_elsewhere(every_python, holding) if any(holding.values()) else {}
@@ -226,34 +225,6 @@ def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:
         cache.put(marker, b"ok")
     else:
         source.checked_before = True
-
-
-def _remembered(
-    read: Callable[[FileOutcome], dict[str, str]], cache: ResultCache | None
-) -> Callable[[FileOutcome], dict[str, str]]:
-    """`read` of a file's outcome, kept in the result cache under the file, where it is shown
-    and what was found in it: a warm run does not parse the file again for it."""
-    if cache is None:
-        return read
-
-    def remembered(outcome: FileOutcome) -> dict[str, str]:
-        found = json.dumps(
-            [(f.line, f.code, f.replacement is not None, f.held is not None) for f in outcome.result.findings]
-        )
-        key = cache.key(
-            b"\0".join([(outcome.file.data or b""), outcome.file.display.encode(), found.encode()])
-        )
-        raw = cache.get(key)
-        if raw is not None:
-            try:
-                return {str(name): str(where) for name, where in json.loads(raw).items()}
-            except (ValueError, AttributeError):  # an entry that is not ours: read again
-                pass
-        value = read(outcome)
-        cache.put(key, json.dumps(value).encode())
-        return value
-
-    return remembered
 
 
 def _passed_by_the_prefilter(

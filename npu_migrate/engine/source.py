@@ -26,6 +26,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
 from npu_migrate.engine.program import Program, Span
+from npu_migrate.engine.program.run import cuda_comparisons
 from npu_migrate.engine.program_holds import program_holds
 from npu_migrate.engine.regions import (
     Placed,
@@ -118,7 +119,9 @@ def scan_regions(
     spans = ctx.positions
     findings = [_placed(m.at(spans), placed) for m in matches]
     return FileResult(
-        findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)), overridden=ctx.overridden
+        findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)),
+        overridden=ctx.overridden,
+        cuda_comparisons=cuda_comparisons(findings, lambda: tree),
     )
 
 
@@ -193,6 +196,7 @@ def migrate_whole(
             )
         result.new_source = new_source if new_source != source else None
     result.findings = sorted((m.at(spans) for m in matches), key=lambda f: (f.line, f.column, f.rule.code))
+    result.cuda_comparisons = cuda_comparisons(result.findings, tree_of)
     return result
 
 

@@ -73,35 +73,33 @@ _CUDA_STRING = re.compile(r"^cuda(?::\d+)?$")
 _TOO_COMMON = re.compile(r"^(?:type|(?:\w+_)?device(?:_type)?|device_\w+)$")
 
 
-def kept_comparisons(
-    outcomes: Iterable[FileOutcome], read: Callable[[FileOutcome], dict[str, str]] | None = None
-) -> dict[str, str]:
+def kept_comparisons(outcomes: Iterable[FileOutcome]) -> dict[str, str]:
     """The attributes (by name) whose device the run keeps comparing with CUDA, with where and
-    how: a comparison `x.NAME == "cuda"` or `x.NAME[0].type == "cuda"` whose CUDA string keeps
-    its CUDA (held, or left for a human). `read`: compared_in, or what remembers it."""
+    how (each file's FileResult.cuda_comparisons)."""
     found: dict[str, str] = {}
     for outcome in outcomes:
-        for name, where in (read or compared_in)(outcome).items():
-            found.setdefault(name, where)
+        for name, line, text in outcome.result.cuda_comparisons:
+            found.setdefault(name, f"{outcome.file.display}:{line} (`{text}`)")
     return found
 
 
-def compared_in(outcome: FileOutcome) -> dict[str, str]:
-    """kept_comparisons of one file (which parses it, where it keeps a CUDA string)."""
-    found: dict[str, str] = {}
-    lines = {f.line for f in outcome.result.findings if _kept_cuda_string(f)}
-    if not lines:
-        return found
-    try:
-        tree = ast.parse(outcome.file.data or b"")
-    except (SyntaxError, ValueError, RecursionError):
-        return found
+def cuda_comparisons(
+    findings: Iterable[Finding], tree_of: Callable[[], ast.Module | None]
+) -> list[tuple[str, int, str]]:
+    """A file's comparisons `x.NAME == "cuda"` or `x.NAME[0].type == "cuda"` whose CUDA string
+    keeps its CUDA (held, or left for a human): (NAME, line, the comparison). `tree_of`: the
+    file's stdlib tree, asked for only where a CUDA string is kept."""
+    lines = {f.line for f in findings if _kept_cuda_string(f)}
+    tree = tree_of() if lines else None
+    if tree is None:
+        return []
+    found: dict[str, tuple[str, int, str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare) and node.lineno in lines and _asks_cuda(node):
             name = _compared_attribute(node)
             if name is not None and not _TOO_COMMON.match(name):
-                found.setdefault(name, f"{outcome.file.display}:{node.lineno} (`{ast.unparse(node)}`)")
-    return found
+                found.setdefault(name, (name, node.lineno, ast.unparse(node)))
+    return list(found.values())
 
 
 def hands_on(source: bytes, names: Collection[str]) -> bool:
