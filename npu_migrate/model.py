@@ -32,9 +32,6 @@ class RuleInfo:
     severity: Severity
     applicability: Applicability
     message: str  # the finding's text; {match} is the matched code
-    # Words whose mention in any file of the run holds its fix (Rule.hold_in_files_with): the
-    # run's second pass reads them from the findings, so a warm run loads no rule.
-    held_for_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,8 @@ class ModulePath:
     compared_elsewhere: tuple[tuple[str, str], ...] = ()
     # Words a rule's fix is held for (Rule.hold_in_files_with) that other files of the run
     # mention, with where: the program, not only this file, shows what the fix cannot take (a
-    # trainer elsewhere calls `zero_grad(set_to_none=True)`). Known after the first pass only.
+    # trainer elsewhere calls `zero_grad(set_to_none=True)`). Known before the first pass, for
+    # the files that may make such a fix.
     words_elsewhere: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -148,7 +146,6 @@ class FileResult:
                     **rule,
                     "severity": Severity(rule["severity"]),
                     "applicability": Applicability(rule["applicability"]),
-                    "held_for_words": tuple(rule.get("held_for_words", ())),
                 }
             )
             held = finding["held"]

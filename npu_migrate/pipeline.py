@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from npu_migrate.engine.index import RuleIndex
     from npu_migrate.rules.schema import Rule
+    from npu_migrate.word_holds import WordHold
 
 FILE_SECONDS = 120  # one file's time in the engine before its worker is stopped
 MEMORY_SHARE = 3 / 4  # of the machine's memory, for all workers together
@@ -108,6 +109,7 @@ def run_rules(
     cache: ResultCache | None = None,
 ) -> list[FileOutcome]:
     _check_rules(source, cache)
+    given, files = files, _with_words_elsewhere(files, source, cache)  # the second, as the engine sees them
     results: dict[int, FileResult] = {}
     keys: dict[int, str] = {}
     for i, file in enumerate(files):
@@ -136,11 +138,11 @@ def run_rules(
     outcomes = _run_facts(
         [FileOutcome(file, results[i]) for i, file in enumerate(files)], source, enabled, cache
     )
-    if not any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
-        return outcomes  # no custom operator to link (and no engine to import on a warm run)
-    from npu_migrate.handlers.operator_links import link_operators
+    if any(o.result.findings and kind_of(o.file) == "native" for o in outcomes):
+        from npu_migrate.handlers.operator_links import link_operators  # (no engine on a warm run)
 
-    return link_operators(outcomes, source.index)
+        outcomes = link_operators(outcomes, source.index)  # custom operators
+    return [FileOutcome(file, outcome.result) for file, outcome in zip(given, outcomes, strict=True)]
 
 
 def _run_facts(
@@ -164,16 +166,12 @@ def _run_facts(
         imported_modules,
         kept_comparisons,
         mocks_renamed,
-        words_elsewhere,
     )
 
     mocking = {id(o): (o, names) for o in python if (names := mocks_renamed(o))}
     fixing = {id(o) for o in python if any(fixed(f) for f in o.result.findings)}
     compared = kept_comparisons(python) if fixing else {}
-    holding = {f.rule.code: f.rule.held_for_words for o in python for f in o.result.findings if fixed(f)}
-    every_python = [o for o in outcomes if kind_of(o.file) == "python"]
-    mentioned = words_elsewhere(every_python, holding) if any(holding.values()) else {}
-    if not mocking and not compared and not mentioned:
+    if not mocking and not compared:
         return outcomes  # (and a warm run loads no rule)
     renames = {r.code for r in source.rules if r.fix is not None and r.fix.rename} if mocking else set()
     calls = Calls.of(python, renames)  # the rules are loaded only where a mock was renamed
@@ -185,13 +183,11 @@ def _run_facts(
             keepers = {name: calls.keeper(name, imported) for name in mocking[id(outcome)][1]}
             mocks = {name: where for name, where in keepers.items() if where}
         handed = compared if id(outcome) in fixing and hands_on(outcome.file.data or b"", compared) else {}
-        words = mentioned.get(id(outcome), {})
-        if mocks or handed or words:
+        if mocks or handed:
             redo[id(outcome)] = replace(
                 outcome.file.module,
                 kept_elsewhere=tuple(sorted(mocks.items())),
                 compared_elsewhere=tuple(sorted(handed.items())),
-                words_elsewhere=tuple(sorted(words.items())),
             )
     if not redo:
         return outcomes
@@ -211,6 +207,42 @@ def _run_facts(
         FileOutcome(o.file, rerun(replace(o.file, module=redo[id(o)]))) if id(o) in redo else o
         for o in outcomes
     ]
+
+
+def _with_words_elsewhere(
+    files: list[SourceFile], source: RuleSource, cache: ResultCache | None
+) -> list[SourceFile]:
+    """The files, each Python file that may make a fix held for words another file mentions
+    (Rule.hold_in_files_with) knowing those words before its first pass (engine.program.run)."""
+    holds = _word_holds(source, cache)
+    python = [i for i, file in enumerate(files) if file.data is not None and kind_of(file) == "python"]
+    if not holds or not python:
+        return files
+    from npu_migrate.word_holds import words_elsewhere
+
+    known = dict(zip(python, words_elsewhere([files[i] for i in python], holds), strict=True))
+    return [known.get(i, file) for i, file in enumerate(files)]
+
+
+def _word_holds(source: RuleSource, cache: ResultCache | None) -> list[WordHold]:
+    """The rule set's holds for words (engine.program.run.WordHold), kept in the result cache by
+    the first run that reads them, so that a warm run loads no rule for them."""
+    from npu_migrate.word_holds import WordHold
+
+    key = cache.key(b"the word holds of this salt") if cache is not None else None
+    raw = cache.get(key) if cache is not None and key is not None else None
+    if raw is not None:
+        return [WordHold.from_json(hold) for hold in json.loads(raw)]
+    from npu_migrate.engine.index import RuleIndex
+
+    holds = [
+        WordHold(tuple(rule.hold_in_files_with.words), RuleIndex([rule]).prefilter)
+        for rule in source.rules
+        if rule.hold_in_files_with is not None
+    ]
+    if cache is not None and key is not None:
+        cache.put(key, json.dumps([hold.to_json() for hold in holds]).encode())
+    return holds
 
 
 def _check_rules(source: RuleSource, cache: ResultCache | None) -> None:

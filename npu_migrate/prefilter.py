@@ -119,6 +119,13 @@ class Prefilter:
         found = tokens(text, words)
         return any(needs <= found for needs in self.alternatives)
 
+    def may_spell(self, data: bytes) -> bool:
+        """A quick test that may_match passes: every token of one alternative occurs in the
+        bytes, as a substring (a file that needs a regex or a fragment passes)."""
+        if self._regexes or self._fragments:
+            return True
+        return any(all(t.lstrip(".").encode() in data for t in needs) for needs in self.alternatives)
+
     def may_match_module(self, text: str, counts: Counter[str], where: ModulePath) -> bool:
         """`may_match` for a Python file (`text` decoded as latin-1) that is module `where`."""
         return self.may_match(text, counts.keys() | spelled_by_the_module(text, where))

@@ -316,10 +316,7 @@ class Rule(Strict):
     @property
     def info(self) -> RuleInfo:
         """What reports need of this rule."""
-        words = tuple(self.hold_in_files_with.words) if self.hold_in_files_with else ()
-        return RuleInfo(
-            self.code, self.name, self.category, self.severity, self.applicability, self.message, words
-        )
+        return RuleInfo(self.code, self.name, self.category, self.severity, self.applicability, self.message)
 
     @property
     def match_kind(self) -> str:

@@ -12,15 +12,14 @@ pass:
   `DDPStrategy(parallel_devices=[torch.device("cuda", i) ...])` and expects the connector to see
   a GPU). Files are linked by the attribute's name, so names too common to link by (`device`,
   `device_type`) are left out;
-* the words a fix is held for (Rule.hold_in_files_with) that another file mentions: torch_npu's
-  fused optimizers built in one file, `zero_grad(set_to_none=True)` called in the trainer of
-  another."""
+and, before that pass, the words a fix is held for that other files mention
+(npu_migrate.word_holds)."""
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from npu_migrate.model import FileOutcome, Finding
@@ -130,31 +129,6 @@ def _compared_attribute(node: ast.Compare) -> str | None:
         if isinstance(operand, ast.Attribute):
             return operand.attr
     return None
-
-
-def words_elsewhere(
-    outcomes: Sequence[FileOutcome], holding: Mapping[str, Collection[str]]
-) -> dict[int, dict[str, str]]:
-    """For each file (by id) that makes a fix of a rule in `holding` (rule code -> the words its
-    fix is held for), those words other files of the run mention, with the first such file."""
-    wanted = {
-        id(o): {w for f in o.result.findings if fixed(f) for w in holding.get(f.rule.code, ())}
-        for o in outcomes
-    }
-    mentioning = {}  # each word, the files that mention it: every file is searched once per word
-    for word in sorted(set().union(*wanted.values())):
-        pattern = re.compile(rb"\b%s\b" % re.escape(word.encode()))
-        mentioning[word] = [o for o in outcomes if pattern.search(o.file.data or b"")]
-    found: dict[int, dict[str, str]] = {}
-    for outcome in outcomes:
-        mentioned = {}
-        for word in sorted(wanted[id(outcome)]):
-            where = next((o for o in mentioning[word] if o is not outcome), None)
-            if where is not None:
-                mentioned[word] = where.file.display
-        if mentioned:
-            found[id(outcome)] = mentioned
-    return found
 
 
 def fixed(finding: Finding) -> bool:
