@@ -68,8 +68,9 @@ class Calls:
 
 # A string a comparison asks a device about: "cuda", "cuda:0".
 _CUDA_STRING = re.compile(r"^cuda(?::\d+)?$")
-# Attribute names every device-handling file uses: a comparison of one links no file to another.
-_TOO_COMMON = re.compile(r"^(?:type|(?:\w+_)?device(?:_type)?|device_\w+)$")
+# Attribute names every device-handling file uses, and pytest's fixture parameter (a parametrized
+# fixture's `request.param == "cuda"`): a comparison of one links no file to another.
+_TOO_COMMON = re.compile(r"^(?:type|param|(?:\w+_)?device(?:_type)?|device_\w+)$")
 
 
 def kept_comparisons(outcomes: Iterable[FileOutcome]) -> dict[str, str]:
