@@ -80,11 +80,22 @@ class Pattern:
         return _root_key(self.tree)
 
     @functools.cached_property
-    def statement_test(self) -> Callable[[ast.stmt], bool]:
-        """What a statement the stdlib parser read must be to match this statement pattern: its
-        type, and for an assignment or expression statement its value's root (the callee's last
-        name, the operator). A necessary test only: what it cannot tell, it lets pass."""
-        return _statement_test(self.tree)
+    def stdlib_test(self) -> Callable[[ast.AST], bool]:
+        """What a node the stdlib parser read must be to match this pattern: the pattern as that
+        parser reads it, compared part by part (_stdlib_same). A necessary test only: what only
+        the match can tell (a dotted name the imports resolve, a metavariable bound twice), it
+        lets pass."""
+        try:
+            parsed = ast.parse(textwrap.dedent(placeholders(self.source)))
+        except SyntaxError:
+            return lambda node: True
+        if len(parsed.body) != 1:
+            return lambda node: True
+        tree: ast.AST = parsed.body[0]
+        if isinstance(tree, ast.Expr) and not isinstance(self.tree, cst.Expr):
+            tree = tree.value  # an expression pattern
+        key = self.root_key
+        return lambda node: _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
 
     @property
     def key(self) -> str:
@@ -188,20 +199,6 @@ def _first_test(tree: cst.CSTNode) -> Callable[[cst.CSTNode], bool]:
     return lambda node: type(node) is kind
 
 
-# libcst's statement and operator types -> the stdlib parser's
-_STATEMENTS: dict[type[cst.CSTNode], type[ast.stmt]] = {
-    cst.Assign: ast.Assign,
-    cst.AnnAssign: ast.AnnAssign,
-    cst.AugAssign: ast.AugAssign,
-    cst.Expr: ast.Expr,
-    cst.Return: ast.Return,
-    cst.If: ast.If,
-    cst.For: ast.For,
-    cst.While: ast.While,
-    cst.With: ast.With,
-    cst.Raise: ast.Raise,
-    cst.FunctionDef: ast.FunctionDef,
-}
 # the stdlib parser's binary operators -> libcst's (all of them: a node_key compares them)
 _OPERATORS: dict[type[ast.operator], type[cst.BaseBinaryOp]] = {
     ast.Add: cst.Add,
@@ -220,30 +217,57 @@ _OPERATORS: dict[type[ast.operator], type[cst.BaseBinaryOp]] = {
 }
 
 
-def _statement_test(tree: cst.CSTNode) -> Callable[[ast.stmt], bool]:
-    kind = _STATEMENTS.get(type(tree))
-    if kind is None:
-        return lambda statement: True
-    value = getattr(tree, "value", None)
-    if isinstance(tree, cst.Assign | cst.Expr) and isinstance(value, cst.BaseExpression):
-        test = _expression_test(value)
-        if isinstance(tree, cst.Assign):
-            targets = len(tree.targets)
-            return lambda s: isinstance(s, ast.Assign) and len(s.targets) == targets and test(s.value)
-        return lambda s: isinstance(s, ast.Expr) and test(s.value)
-    return lambda statement: isinstance(statement, kind)
+def _stdlib_same(pattern: ast.AST, node: ast.AST) -> bool:
+    """Whether the stdlib parser's `node` may match the `pattern` it read: the same node types
+    and field values, a metavariable matching anything, a dotted name any name (the imports
+    resolve it: `from torch.nn.functional import softmax as sm`), a call that unpacks its
+    arguments any call."""
+    if isinstance(pattern, ast.Name) and pattern.id.startswith(_PREFIX):
+        return True
+    if isinstance(pattern, ast.Name) and not isinstance(node, ast.Name):
+        return False  # a plain name is the file's own: the same name (see _same)
+    if isinstance(pattern, ast.Attribute) and _ast_dotted(pattern):
+        return isinstance(node, ast.Name | ast.Attribute)  # an import may spell it any way
+    if type(pattern) is not type(node):
+        return False
+    if isinstance(node, ast.Call) and (
+        any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+    ):
+        return True
+    for name in pattern._fields:
+        if name in _UNCOMPARED:
+            continue
+        mine, theirs = getattr(pattern, name, None), getattr(node, name, None)
+        if isinstance(mine, list):
+            if not isinstance(theirs, list) or len(mine) != len(theirs):
+                return False
+            if not all(_stdlib_value_same(a, b) for a, b in zip(mine, theirs, strict=True)):
+                return False
+        elif not _stdlib_value_same(mine, theirs) and not (name in _NAMES and str(mine).startswith(_PREFIX)):
+            return False
+    return True
 
 
-def _expression_test(tree: cst.BaseExpression) -> Callable[[ast.expr], bool]:
-    """_first_test's test on the stdlib parser's expression: the pattern's root key, read off
-    the stdlib's node."""
-    key = _root_key(tree)
-    if key is None:
-        return lambda node: True
-    return lambda node: _stdlib_key(node) == key
+def _stdlib_value_same(mine: object, theirs: object) -> bool:
+    if isinstance(mine, ast.AST):
+        return isinstance(theirs, ast.AST) and _stdlib_same(mine, theirs)
+    return mine == theirs
 
 
-def _stdlib_key(node: ast.expr) -> tuple[str, object] | None:
+def _ast_dotted(node: ast.expr) -> bool:
+    """A plain dotted name with no metavariable in it."""
+    while isinstance(node, ast.Attribute):
+        if node.attr.startswith(_PREFIX):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and not node.id.startswith(_PREFIX)
+
+
+_UNCOMPARED = frozenset({"ctx", "type_comment", "kind"})  # no match tells these apart
+_NAMES = frozenset({"attr", "arg"})  # an attribute's or keyword's name: a metavariable there binds it
+
+
+def _stdlib_key(node: ast.AST) -> tuple[str, object] | None:
     """node_key of the stdlib parser's expression."""
     if isinstance(node, ast.Call):
         return "call", _ast_last_name(node.func)
