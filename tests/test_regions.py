@@ -194,6 +194,21 @@ def test_a_device_literal_that_flows_nowhere_needs_only_its_statement() -> None:
     assert_same(assigned.encode())
 
 
+def test_a_value_moved_through_its_name_is_looked_for_only_where_it_is_assigned() -> None:
+    """NPU408's float64 tensor moved later through its name: the function is read where the
+    factory's statement assigns it; moved at once, its statement is enough; at a script's top
+    level, an assignment reads the script."""
+    head = f"import torch\ndef f():\n    y0 = 0\n{LONG_BODY}"
+    at_once = head + "    g(torch.ones(3, dtype=torch.double).cuda())\n"
+    assert region_lines(at_once)[-1] == (43, 43)
+    named = head + "    t = torch.zeros(3, dtype=torch.float64)\n"
+    assert region_lines(named + "    return t.cuda()\n")[-1] == (2, 44)
+    script = "import torch\nx = 1\nt = torch.zeros(3, dtype=torch.float64)\nt = t.cuda()\n"
+    assert region_lines(script)[-1] == (1, 4)
+    for source in (at_once, named + "    return t.cuda()\n", script):
+        assert_same(source.encode())
+
+
 def test_a_function_whose_blocks_hold_no_run_of_the_steps_is_not_read_for_them() -> None:
     """Eager attention's words in one function but no run of statements of its shape (the
     scores, then a helper, then the softmax): the statements rules do not ask for the function."""

@@ -84,6 +84,7 @@ class _Rule:
     whole: re.Pattern[str] | bool = False  # its matches read the whole file (where the text spells this)
     block: BlockTest | None = None  # see Anchors.rule
     only_at: tuple[type[ast.stmt], ...] = ()
+    only_in_functions: bool = False
 
 
 @dataclass
@@ -103,19 +104,21 @@ class Anchors:
         whole: re.Pattern[str] | bool = False,
         block: BlockTest | None = None,
         only_at: tuple[type[ast.stmt], ...] = (),
+        only_in_functions: bool = False,
     ) -> None:
         """One rule's anchors; `function`: its matches need their whole enclosing function;
         `whole`: the whole file, wherever it spells them (a move looked for through a script's
         names), or where the text also spells this regex (the `def` of a method a match reads
         from its class). For a function rule, `block`: a match lies in a block of statements
         that passes this test (a run of statements that may match), so a function with no such
-        block around the anchor holds none; `only_at`: the function is needed only where the
-        anchor's statement, inside a function, is one of these types (else the statement is)."""
+        block around the anchor holds none; `only_at`: the function (or a script's top level,
+        unless `only_in_functions`) is needed only where the anchor's statement is one of these
+        types (else the statement is)."""
         choices = tuple(frozenset(a) for a in alternatives)
         if not choices or not all(choices):
             self.anywhere = True
             return
-        self._rules.append(_Rule(choices, function, whole, block, only_at))
+        self._rules.append(_Rule(choices, function, whole, block, only_at, only_in_functions))
         strings = {t.value for c in choices for t in c if t.kind == "regex"}
         self._string_regexes = tuple(sorted(strings | set(self._string_regexes)))
         for token in (token for choice in choices for token in choice):
@@ -253,7 +256,8 @@ class Survey:
                 continue
             needs = tuple(lines(regexes(other)) for other in rule.alternatives if other is not chosen)
             function_anchors += [
-                FunctionAnchor(line, needs, rule.block, rule.only_at) for line in lines(regexes(chosen))
+                FunctionAnchor(line, needs, rule.block, rule.only_at, rule.only_in_functions)
+                for line in lines(regexes(chosen))
             ]
         return lines(statement_regexes), sorted(function_anchors)
 
@@ -262,13 +266,14 @@ class Survey:
 class FunctionAnchor:
     """A line a function rule's anchor is on, and for each of the rule's other alternatives the
     lines that spell it: a function that holds the line but none of one alternative's lines
-    cannot hold a match (a match lies in one function and spells every alternative). `block`
-    and `only_at`: as Anchors.rule has them."""
+    cannot hold a match (a match lies in one function and spells every alternative). `block`,
+    `only_at` and `only_in_functions`: as Anchors.rule has them."""
 
     line: int
     needs: tuple[list[int], ...] = ()
     block: BlockTest | None = field(default=None, compare=False)
     only_at: tuple[type[ast.stmt], ...] = field(default=(), compare=False)
+    only_in_functions: bool = field(default=False, compare=False)
 
     def met_in(self, first: int, last: int) -> bool:
         return all(any(first <= line <= last for line in need) for need in self.needs)
@@ -398,7 +403,8 @@ def regions(
     for anchor in function_anchors:
         in_a_function = _in_a_function(tree.body, anchor.line)
         if anchor.only_at and not (
-            in_a_function and isinstance(_innermost(tree.body, anchor.line), anchor.only_at)
+            isinstance(_innermost(tree.body, anchor.line), anchor.only_at)
+            and (in_a_function or not anchor.only_in_functions)
         ):
             found.add(_around(tree.body, anchor.line, lines, None) or (0, 0, False))
         elif not anchor.block_met(tree.body, tested):

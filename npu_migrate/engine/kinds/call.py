@@ -4,6 +4,7 @@ call from a template whose metavariables are the callee's parameters."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, cast
 
@@ -207,6 +208,9 @@ class CallMatcher(Matcher):
         return None, ()
 
 
+_ASSIGNMENTS = (ast.Assign, ast.AnnAssign)
+
+
 def _assigned(line: cst.SimpleStatementLine, value: cst.BaseExpression) -> str | None:
     """The plain name `line` assigns `value` to (`acc = value`, `acc: Tensor = value`), if any."""
     for statement in line.body:
@@ -258,4 +262,5 @@ class CallKind(Kind[CallMatch]):
                     alternatives.append([Token.regex(condition.string)])
                 if condition.name:
                     alternatives.append([Token.name(n) for n in condition.name])
-            anchors.rule(*alternatives, function=bool(match.moved_by))
+            moved = bool(match.moved_by)  # through a name: what a plain assignment gives (_assigned)
+            anchors.rule(*alternatives, function=moved, only_at=_ASSIGNMENTS if moved else ())

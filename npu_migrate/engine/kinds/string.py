@@ -356,6 +356,7 @@ class StringKind(Kind[StringMatch]):
                 [Token.regex(string.regex.pattern)],
                 function=flows,
                 only_at=(ast.Assign, ast.AnnAssign, ast.Return),
+                only_in_functions=True,  # a script's flows are read from the stdlib tree
             )
 
 
