@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from npu_migrate.engine.index import RuleIndex
+from npu_migrate.engine.kinds.arguments import CalleeIndex
+from npu_migrate.engine.names import name_matches
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, ModulePath
 from npu_migrate.rules.load import load_rules
@@ -317,3 +319,30 @@ def test_a_modules_own_definitions_resolve_as_its_names() -> None:
     assert labels == ["8:NPU114:held"]  # found as transformers' own function (mylib's is not)...
     assert new == code  # ...and left: a module that defines is_torch_npu_available() is a device dispatch
     assert migrate_in("mylib", code, "mylib.helpers") == (code, [])
+
+
+CALLEES = [["torch.cuda.set_device"], ["torch.cuda.*"], [".to"], ["*"], ["os.environ.get", ".get"], ["torch"]]
+
+
+@pytest.mark.parametrize(
+    ("qualified", "method"),
+    [
+        ("torch.cuda.set_device", "set_device"),
+        ("torch.cuda", "cuda"),
+        ("torch.cudax.y", "y"),
+        ("torch.cuda.amp.autocast", "autocast"),
+        (None, "to"),
+        ("os.environ.get", "get"),
+        (None, None),
+        ("torch", None),
+    ],
+)
+def test_a_callee_index_finds_what_each_callee_names(qualified: str | None, method: str | None) -> None:
+    """The lookup finds, in order, the items whose callees a call's callee is: a qualified name,
+    strictly under `a.b.*`, a `.method`, any call for `*`."""
+
+    def named(callees: list[str]) -> bool:
+        return "*" in callees or f".{method}" in callees or name_matches(qualified, callees)
+
+    index = CalleeIndex((callees, i) for i, callees in enumerate(CALLEES))
+    assert index.of(qualified, method) == [i for i, callees in enumerate(CALLEES) if named(callees)]

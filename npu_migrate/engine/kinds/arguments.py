@@ -5,7 +5,7 @@ calls: call, method and string."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import libcst as cst
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from npu_migrate.engine.context import FileContext
 
 STRING_LITERALS = (cst.SimpleString, cst.FormattedString)
+T = TypeVar("T")
 
 
 def callee(ctx: FileContext, node: cst.Call) -> str | None:
@@ -38,15 +39,31 @@ def fits(call: cst.Call, signature: list[str], mapping: bool = False) -> bool:
     )
 
 
-def callee_is(place: Argument, qualified: str | None, method: str | None) -> bool:
-    return callee_is_one_of(place.of, qualified, method)
+class CalleeIndex(Generic[T]):
+    """Items, each for some callees (engine.kinds.fields.Callees: a qualified name, `a.b.*` for
+    any name under a.b, `.name` for a method, `*` for any call), found by a call's callee with
+    a lookup rather than tested one by one (a file's every call asks), in the order given."""
 
+    def __init__(self, items: Iterable[tuple[Sequence[str], T]]) -> None:
+        self._any: list[tuple[int, T]] = []
+        self._by: dict[str, list[tuple[int, T]]] = {}  # a name, `a.b.` (under a.b) or `.method`
+        for order, (callees, item) in enumerate(items):
+            for wanted in dict.fromkeys(callees):
+                entry = (order, item)
+                if wanted == "*":
+                    self._any.append(entry)
+                else:
+                    self._by.setdefault(wanted.removesuffix("*"), []).append(entry)
 
-def callee_is_one_of(callees: Sequence[str], qualified: str | None, method: str | None) -> bool:
-    """Whether a call's callee is one of `callees` (see engine.kinds.fields.Callees)."""
-    if "*" in callees or (method and f".{method}" in callees):
-        return True
-    return name_matches(qualified, list(callees))
+    def of(self, qualified: str | None, method: str | None) -> list[T]:
+        keys = [f".{method}"] if method else []
+        if qualified is not None:
+            parts = qualified.split(".")
+            keys += [qualified, *(".".join(parts[:size]) + "." for size in range(1, len(parts)))]
+        found = dict(self._any)
+        for key in keys:
+            found.update(self._by.get(key, ()))
+        return [item for _, item in sorted(found.items(), key=lambda entry: entry[0])]
 
 
 def arguments(node: cst.Call, place: Argument) -> Iterator[cst.BaseExpression]:

@@ -17,10 +17,9 @@ from pydantic import Field, model_validator
 from npu_migrate.engine.fixes import substitute_string
 from npu_migrate.engine.kinds.arguments import (
     STRING_LITERALS,
+    CalleeIndex,
     arguments,
     callee,
-    callee_is,
-    callee_is_one_of,
     conditions_hold,
     static_text,
     strings_in,
@@ -112,6 +111,11 @@ class StringRule:
     except_in: tuple[str, ...]
     except_beside: RuleRegex | None = None
 
+    @property
+    def flows(self) -> bool:
+        """Whether a literal may reach one of the rule's places through a variable."""
+        return any(w.flows for w in self.where)
+
 
 class StringMatcher(Matcher):
     kind: StringKind
@@ -125,7 +129,7 @@ class StringMatcher(Matcher):
         # such a rule matches to a variable.
         self.flowing: dict[tuple[cst.FunctionDef, str], list[StringRule]] = {}
         self.read_flows: set[cst.FunctionDef] = set()
-        self.flow_rules = [s for s in kind.strings if any(w.flows for w in s.where)]
+        self.flow_rules = [s for s in kind.strings if s.flows]
         self.returned_to: dict[str, list[StringRule]] = {}  # function name -> rules its calls' places have
         self.parameters: dict[str, list[str] | None] = {}  # a function the file defines -> its parameters
 
@@ -141,22 +145,19 @@ class StringMatcher(Matcher):
     def _note_flows(self, function: cst.FunctionDef, call: cst.Call) -> None:
         qualified = callee(self.ctx, call)
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        for string_rule in self.flow_rules:
-            for value in self._at_argument_places(string_rule, call, qualified, method):
-                if isinstance(value, cst.Name):
-                    rules = self.flowing.setdefault((function, value.value), [])
-                    rules += [] if string_rule in rules else [string_rule]
+        for string_rule, value in self._at_argument_places(call, qualified, method):
+            if string_rule.flows and isinstance(value, cst.Name):
+                rules = self.flowing.setdefault((function, value.value), [])
+                rules += [] if string_rule in rules else [string_rule]
 
     def _at_argument_places(
-        self, string_rule: StringRule, call: cst.Call, qualified: str | None, method: str | None
-    ) -> Iterator[cst.BaseExpression]:
-        """The values a call passes where one of the rule's `argument` places expects them."""
-        for where in string_rule.where:
-            place = where.argument
-            if place is None or not callee_is(place, qualified, method):
-                continue
+        self, call: cst.Call, qualified: str | None, method: str | None
+    ) -> Iterator[tuple[StringRule, cst.BaseExpression]]:
+        """The values a call passes where a rule's `argument` places expect them, with the rule."""
+        for string_rule, place in self.kind.places.of(qualified, method):
             if conditions_hold(self.ctx, call, place.when, place.signature):
-                yield from arguments(call, place)
+                for value in arguments(call, place):
+                    yield string_rule, value
 
     def _mark(self, string_rule: StringRule, value: cst.BaseExpression) -> None:
         beside = set(_beside(value, string_rule.except_beside)) if string_rule.except_beside else set()
@@ -182,13 +183,12 @@ class StringMatcher(Matcher):
         qualified = callee(self.ctx, node)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
         spelled = ".".join(dotted_parts(node.func) or []) if qualified is None else qualified
-        for string_rule in self.kind.strings:
-            if string_rule.except_in and callee_is_one_of(string_rule.except_in, spelled, method):
-                for arg in node.args:
-                    for string in strings_in(arg.value):
-                        self.messages.setdefault(string, set()).add(string_rule.rule.code)
-            for value in self._at_argument_places(string_rule, node, qualified, method):
-                self._mark(string_rule, value)
+        for string_rule in self.kind.excepted.of(spelled, method):
+            for arg in node.args:
+                for string in strings_in(arg.value):
+                    self.messages.setdefault(string, set()).add(string_rule.rule.code)
+        for string_rule, value in self._at_argument_places(node, qualified, method):
+            self._mark(string_rule, value)
         if self.flow_rules and qualified is None and isinstance(node.func, cst.Name):
             self._mark_passed(node, node.func.value)
 
@@ -327,6 +327,10 @@ class StringKind(Kind[StringMatch]):
             for r, m in self.entries
         ]
         self.anywhere = [s for s in self.strings if any(w.anywhere for w in s.where)]
+        self.places = CalleeIndex(
+            (w.argument.of, (s, w.argument)) for s in self.strings for w in s.where if w.argument is not None
+        )
+        self.excepted = CalleeIndex((s.except_in, s) for s in self.strings if s.except_in)
 
     @classmethod
     def overlaps(cls, a: Rule, b: Rule) -> bool:
@@ -351,10 +355,9 @@ class StringKind(Kind[StringMatch]):
         literal assigned to a variable (the variable's use is there: _flows_of) or returned (the
         function's calls are found by its name: visit_Return)."""
         for string in self.strings:
-            flows = any(w.flows for w in string.where)
             anchors.rule(
                 [Token.regex(string.regex.pattern)],
-                function=flows,
+                function=string.flows,
                 only_at=(ast.Assign, ast.AnnAssign, ast.Return),
                 only_in_functions=True,  # a script's flows are read from the stdlib tree
             )
