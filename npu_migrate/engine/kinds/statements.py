@@ -341,28 +341,29 @@ def _leading(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
     return cast(Sequence[cst.EmptyLine], getattr(statement, "leading_lines", ()))
 
 
-def _may_run(match: StatementsMatch, block: list[ast.stmt]) -> bool:
+def _may_run(steps: list[_Step], into: list[Pattern], block: list[ast.stmt]) -> bool:
     """Whether the steps may match a run of the block's statements (as the stdlib parser read
     them: Pattern.stdlib_test), followed by a reader that holds what `into` matches: a
     necessary test, an optional step tried both taken and skipped."""
-    steps, into = match.statements, _into(match)
 
+    @functools.cache  # an optional step tried both ways meets the same (step, statement) again
     def run(step: int, at: int) -> bool:
         if step == len(steps):
             return at < len(block) and any(p.stdlib_test(n) for n in ast.walk(block[at]) for p in into)
-        taken = at < len(block) and _may_take(steps[step], block[at])
-        return (taken and run(step + 1, at + 1)) or (steps[step].optional and run(step + 1, at))
+        optional, of_test, alternatives = steps[step]
+        taken = at < len(block) and _may_take(of_test, alternatives, block[at])
+        return (taken and run(step + 1, at + 1)) or (optional and run(step + 1, at))
 
     return any(run(0, start) for start in range(len(block)))
 
 
-def _may_take(step: Step, statement: ast.stmt) -> bool:
+def _may_take(of_test: bool, alternatives: list[Pattern], statement: ast.stmt) -> bool:
     """Whether a step may match the statement (an `if_test` step: the test of an `if`)."""
-    if step.if_test is not None:
+    if of_test:
         node: ast.AST | None = statement.test if isinstance(statement, ast.If) else None
     else:
         node = statement
-    return node is not None and any(p.stdlib_test(node) for p in step.alternatives)
+    return node is not None and any(p.stdlib_test(node) for p in alternatives)
 
 
 def _matchable(statement: cst.BaseStatement) -> cst.CSTNode | None:
@@ -466,10 +467,10 @@ class StatementsKind(Kind[StatementsMatch]):
         """Each required step spells the first anchor of one of its alternatives; the matches
         need their whole function (the data flow is read there), where a block in it may hold
         the run (_may_run)."""
-        for _, match in self.entries:
+        for _, match, steps, into in self.compiled:
             choices: list[list[Token]] = []
             for step in match.statements:
                 firsts = [p.anchors()[:1] for p in step.alternatives]
                 if not step.optional and all(firsts):
                     choices.append([token for first in firsts for token in first[0]])
-            anchors.rule(*choices, function=True, block=functools.partial(_may_run, match))
+            anchors.rule(*choices, function=True, block=functools.partial(_may_run, steps, into))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from npu_migrate.model import FileOutcome, Finding
@@ -94,12 +94,24 @@ def cuda_comparisons(
     if tree is None:
         return []
     found: dict[str, tuple[str, int, str]] = {}
-    for node in ast.walk(tree):
+    for node in _nodes_on(tree, lines):
         if isinstance(node, ast.Compare) and node.lineno in lines and _asks_cuda(node):
             name = _compared_attribute(node)
             if name is not None and not _TOO_COMMON.match(name):
                 found.setdefault(name, (name, node.lineno, ast.unparse(node)))
     return list(found.values())
+
+
+def _nodes_on(tree: ast.AST, lines: Collection[int]) -> Iterator[ast.AST]:
+    """The nodes under `tree` whose lines hold one of `lines` (a node without lines is walked
+    through): a walk that skips what lies elsewhere."""
+    pending = [tree]
+    while pending:
+        for child in ast.iter_child_nodes(pending.pop()):
+            first, last = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+            if first is None or last is None or any(first <= line <= last for line in lines):
+                yield child
+                pending.append(child)
 
 
 def hands_on(source: bytes, names: Collection[str]) -> bool:
