@@ -6,6 +6,7 @@ Python file without loading the rules or the engine (what a pre-commit hook's ru
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -96,6 +97,7 @@ class Prefilter:
     def need(self, *alternatives: frozenset[str]) -> None:
         """A rule matches only in files that contain every token of one of `alternatives`."""
         self.alternatives.update(alternatives)
+        self.__dict__.pop("_spelled", None)  # may_spell's words, read again
 
     def need_regex(self, regex: str) -> None:
         """A string rule: its regex must match a literal's whole text, so in the source it
@@ -124,7 +126,15 @@ class Prefilter:
         bytes, as a substring (a file that needs a regex or a fragment passes)."""
         if self._regexes or self._fragments:
             return True
-        return any(all(t.lstrip(".").encode() in data for t in needs) for needs in self.alternatives)
+        return any(all(word in data for word in words) for words in self._spelled)
+
+    @functools.cached_property
+    def _spelled(self) -> list[tuple[bytes, ...]]:
+        """Each alternative's words as bytes, the longest (the likely rarest) first."""
+        return [
+            tuple(sorted((t.lstrip(".").encode() for t in needs), key=len, reverse=True))
+            for needs in self.alternatives
+        ]
 
     def may_match_module(self, text: str, counts: Counter[str], where: ModulePath) -> bool:
         """`may_match` for a Python file (`text` decoded as latin-1) that is module `where`."""

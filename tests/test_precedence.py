@@ -15,6 +15,7 @@ from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability
 from npu_migrate.rules.files import RuleError
 from npu_migrate.rules.load import load_rules
+from npu_migrate.rules.precedence import undeclared_overlaps
 
 from .conftest import Cli
 
@@ -138,10 +139,12 @@ def test_overlap_detection_by_kind(tmp_path: Path, first: dict, second: dict, ov
 
 
 def test_the_catalog_declares_its_overlaps() -> None:
-    """The SDPA rewrites win over the generic SDPA report, and loading checks every pair."""
+    """The SDPA rewrites win over the generic SDPA report, and every pair of the catalog's rules
+    that can match the same node declares its order (loading checks user rules' pairs only)."""
     rules = {r.code: r for r in load_rules()}
     assert {"NPU902", "NPU950", "NPU903"} <= set(rules["NPU901"].supersedes)
     assert [r.code for r in load_rules()] == sorted(rules)
+    assert undeclared_overlaps(rules.values()) == []
 
 
 def test_rules_test_lists_the_catalog_rules_a_user_rule_overlaps(tmp_path: Path, cli: Cli) -> None:

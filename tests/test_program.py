@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from npu_migrate.engine.index import RuleIndex
-from npu_migrate.engine.program import Program
+from npu_migrate.engine.program.model import Program
 from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DATA_DEVICE_UNSEEN, DEVICE_FROM_CALLER
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, FileResult

@@ -18,7 +18,7 @@ from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import ImportPlan
 from npu_migrate.engine.names import ImportTable, dotted_parts, name_matches
 from npu_migrate.engine.precedence import compare
-from npu_migrate.engine.program import Span
+from npu_migrate.engine.program.spans import Span
 from npu_migrate.engine.program_holds import Site
 from npu_migrate.engine.reasons import FILE_WORDS, SUPPRESSED
 from npu_migrate.engine.suppressions import Suppressions

@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from npu_migrate.engine.holds import cuda_member, dual_path
-from npu_migrate.engine.program import Guard, Program, Span, Value
-from npu_migrate.engine.program.model import Comparison, Key
+from npu_migrate.engine.program.model import Comparison, Guard, Key, Program, Value
+from npu_migrate.engine.program.spans import Span
 from npu_migrate.engine.reasons import (
     COMPARED_ACROSS_FILES,
     COMPARED_WITH_CUDA,

@@ -25,8 +25,9 @@ from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, dro
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
 from npu_migrate.engine.positions import positions
-from npu_migrate.engine.program import Program, Span
+from npu_migrate.engine.program.model import Program
 from npu_migrate.engine.program.run import cuda_comparisons
+from npu_migrate.engine.program.spans import Span
 from npu_migrate.engine.program_holds import program_holds
 from npu_migrate.engine.regions import (
     Placed,
