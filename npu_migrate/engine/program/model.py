@@ -38,8 +38,9 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from npu_migrate.engine.program.spans import Columns, Position, Span
 
@@ -184,6 +185,9 @@ class _Scope:
         self.is_class = is_class
 
 
+_VISITS: dict[type[ast.AST], Callable[[_Reader, Any], None]] = {}
+
+
 class _Reader(ast.NodeVisitor):
     def __init__(self, lines: Sequence[str], focus: list[int] | None, keywords: Collection[str]) -> None:
         self.lines = lines
@@ -201,8 +205,18 @@ class _Reader(ast.NodeVisitor):
 
     # ------------------------------------------------------------------ walking, with blocks and scopes
 
+    def visit(self, node: ast.AST) -> None:
+        """ast.NodeVisitor's dispatch, looked up once per node type (it builds the method's name
+        at every node)."""
+        kind = type(node)
+        method = _VISITS.get(kind)
+        if method is None:
+            method = _VISITS[kind] = getattr(_Reader, f"visit_{kind.__name__}", _Reader.generic_visit)
+        method(self, node)
+
     def generic_visit(self, node: ast.AST) -> None:
-        for _, value in ast.iter_fields(node):
+        for name in node._fields:
+            value = getattr(node, name, None)
             if isinstance(value, list):
                 if value and isinstance(value[0], ast.stmt):
                     self._block(value)
