@@ -17,6 +17,8 @@ def fingerprints(outcomes: list[FileOutcome], root: Path) -> dict[int, str]:
     """Each finding's fingerprint, by the finding's id()."""
     prints: dict[int, str] = {}
     for outcome in outcomes:
+        if not outcome.result.findings:
+            continue  # (naming a file through the root's links costs a walk of its path)
         where = anchored(outcome.file.path, root)
         seen: Counter[tuple[str, str]] = Counter()
         for finding in sorted(outcome.result.findings, key=lambda f: (f.line, f.column)):
