@@ -213,7 +213,7 @@ def _with_words_elsewhere(
     files: list[SourceFile], source: RuleSource, cache: ResultCache | None
 ) -> list[SourceFile]:
     """The files, each Python file that may make a fix held for words another file mentions
-    (Rule.hold_in_files_with) knowing those words before its first pass (engine.program.run)."""
+    (Rule.hold_in_files_with) knowing those words before its first pass (npu_migrate.word_holds)."""
     holds = _word_holds(source, cache)
     python = [i for i, file in enumerate(files) if file.data is not None and kind_of(file) == "python"]
     if not holds or not python:
@@ -225,12 +225,12 @@ def _with_words_elsewhere(
 
 
 def _word_holds(source: RuleSource, cache: ResultCache | None) -> list[WordHold]:
-    """The rule set's holds for words (engine.program.run.WordHold), kept in the result cache by
-    the first run that reads them, so that a warm run loads no rule for them."""
+    """The rule set's holds for words (word_holds.WordHold), kept in the result cache by the
+    first run that reads them, so that a warm run loads no rule for them."""
     from npu_migrate.word_holds import WordHold
 
-    key = cache.key(b"the word holds of this salt") if cache is not None else None
-    raw = cache.get(key) if cache is not None and key is not None else None
+    key = cache.key(b"the word holds of this salt") if cache is not None else ""
+    raw = cache.get(key) if cache is not None else None
     if raw is not None:
         return [WordHold.from_json(hold) for hold in json.loads(raw)]
     from npu_migrate.engine.index import RuleIndex
@@ -240,7 +240,7 @@ def _word_holds(source: RuleSource, cache: ResultCache | None) -> list[WordHold]
         for rule in source.rules
         if rule.hold_in_files_with is not None
     ]
-    if cache is not None and key is not None:
+    if cache is not None:
         cache.put(key, json.dumps([hold.to_json() for hold in holds]).encode())
     return holds
 
