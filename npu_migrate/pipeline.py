@@ -356,6 +356,7 @@ def _supervise(
     from concurrent.futures import ProcessPoolExecutor
 
     memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE / width)
+    gc.freeze()  # what the workers inherit (the rules): their collections leave its pages shared
     pool = ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory))
     try:
         crashed = _share(pool, files, batch, width, results, advance)
@@ -487,8 +488,11 @@ def _start_worker(
 
     global _worker
     ignore_in_worker()
-    _worker = (_inherited or RuleIndex(*rules), enabled)
-    gc.freeze()  # the rules live as long as the worker: no collection walks them again
+    index = _inherited
+    if index is None:  # not forked: no collection need walk the rules it builds
+        index = RuleIndex(*rules)
+        gc.freeze()
+    _worker = (index, enabled)
     gc.set_threshold(COLLECT_AFTER, 20, 20)
     _engine()  # its stack is reserved (and counted as data) before the cap
     held = _data_bytes()
