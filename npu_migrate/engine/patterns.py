@@ -94,12 +94,8 @@ class Pattern:
         tree: ast.AST = parsed.body[0]
         if isinstance(tree, ast.Expr) and not isinstance(self.tree, cst.Expr):
             tree = tree.value  # an expression pattern
-        key, kind = self.root_key, type(tree)
-        if isinstance(tree, ast.Name | ast.Attribute):  # a metavariable or a name: no one type
-            return lambda node: _stdlib_same(tree, node)
-        return lambda node: (
-            type(node) is kind and _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
-        )
+        key = self.root_key
+        return lambda node: _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
 
     @property
     def key(self) -> str:

@@ -255,36 +255,38 @@ class Survey:
                 statement_regexes |= regexes(chosen)
                 continue
             needs = tuple(lines(regexes(other)) for other in rule.alternatives if other is not chosen)
-            function_anchors += [
-                FunctionAnchor(line, needs, rule.block, rule.only_at, rule.only_in_functions)
-                for line in lines(regexes(chosen))
-            ]
+            function_anchors += [FunctionAnchor(line, needs, rule) for line in lines(regexes(chosen))]
         return lines(statement_regexes), sorted(function_anchors)
+
+
+# A block around a line, with the index of its statement that holds the line.
+Around = tuple[list[ast.stmt], int]
 
 
 @dataclass(frozen=True, order=True)
 class FunctionAnchor:
     """A line a function rule's anchor is on, and for each of the rule's other alternatives the
     lines that spell it: a function that holds the line but none of one alternative's lines
-    cannot hold a match (a match lies in one function and spells every alternative). `block`,
-    `only_at` and `only_in_functions`: as Anchors.rule has them."""
+    cannot hold a match (a match lies in one function and spells every alternative). `rule`:
+    whose anchor it is (its `block`, `only_at` and `only_in_functions`, as Anchors.rule has them)."""
 
     line: int
-    needs: tuple[list[int], ...] = ()
-    block: BlockTest | None = field(default=None, compare=False)
-    only_at: tuple[type[ast.stmt], ...] = field(default=(), compare=False)
-    only_in_functions: bool = field(default=False, compare=False)
+    needs: tuple[list[int], ...]
+    rule: _Rule = field(compare=False)
 
     def met_in(self, first: int, last: int) -> bool:
         return all(any(first <= line <= last for line in need) for need in self.needs)
 
-    def block_met(self, body: list[ast.stmt], tested: dict[tuple[int, int], bool]) -> bool:
-        """Whether some block around the line passes the rule's block test (if it has one);
-        `tested`: (test, block) -> its outcome, for the other anchors in the same blocks."""
-        test = self.block
+    def block_met(
+        self, around: list[tuple[list[ast.stmt], int]], tested: dict[tuple[int, int], bool]
+    ) -> bool:
+        """Whether some block around the line (`around`: _blocks_around's) passes the rule's block
+        test (if it has one); `tested`: (test, block) -> its outcome, for the other anchors in the
+        same blocks."""
+        test = self.rule.block
         if test is None:
             return True
-        for block, _ in _blocks_around(body, self.line):
+        for block, _ in around:
             key = (id(test), id(block))
             if key not in tested:
                 tested[key] = test(block)
@@ -401,13 +403,15 @@ def regions(
     for line in statement_lines:
         found.add(_around(tree.body, line, lines, None) or (0, 0, False))
     for anchor in function_anchors:
-        in_a_function = _in_a_function(tree.body, anchor.line)
-        if anchor.only_at and not (
-            isinstance(_innermost(tree.body, anchor.line), anchor.only_at)
-            and (in_a_function or not anchor.only_in_functions)
+        around = list(_blocks_around(tree.body, anchor.line))
+        in_a_function = any(isinstance(block[at], _FUNCTIONS) for block, at in around)
+        innermost = around[-1][0][around[-1][1]] if around else None
+        rule = anchor.rule
+        if rule.only_at and not (
+            isinstance(innermost, rule.only_at) and (in_a_function or not rule.only_in_functions)
         ):
             found.add(_around(tree.body, anchor.line, lines, None) or (0, 0, False))
-        elif not anchor.block_met(tree.body, tested):
+        elif not anchor.block_met(around, tested):
             continue
         elif in_a_function:
             span = _around(tree.body, anchor.line, lines, (0, 0))
@@ -422,12 +426,7 @@ def regions(
     return [Region(_with_leading_comments(lines, first), last, header) for first, last, header in kept]
 
 
-def _in_a_function(body: list[ast.stmt], line: int) -> bool:
-    """Whether `line` is inside a function defined in `body` (at any depth)."""
-    return any(isinstance(block[at], _FUNCTIONS) for block, at in _blocks_around(body, line))
-
-
-def _blocks_around(body: list[ast.stmt], line: int) -> Iterator[tuple[list[ast.stmt], int]]:
+def _blocks_around(body: list[ast.stmt], line: int) -> Iterator[Around]:
     """Each block around `line`, outermost first, with the index of its statement that holds it."""
     for at, statement in enumerate(body):
         first, last = _span(statement)
@@ -436,14 +435,6 @@ def _blocks_around(body: list[ast.stmt], line: int) -> Iterator[tuple[list[ast.s
             for block in ast_blocks(statement):
                 yield from _blocks_around(block, line)
             return
-
-
-def _innermost(body: list[ast.stmt], line: int) -> ast.stmt | None:
-    """The innermost statement that holds `line`."""
-    found = None
-    for block, at in _blocks_around(body, line):
-        found = block[at]
-    return found
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:
