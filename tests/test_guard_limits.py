@@ -90,6 +90,53 @@ def test_the_attention_guard_draws_the_documented_limits(docs: str) -> None:
     assert why_not(Meta((1, 2, 4, 64)), Meta((1, 2, 4, 64)), Meta((1, 2, 4, 64)), scale=Meta(())) is not None
 
 
+class Mask(Meta):
+    """A mask stand-in: its metadata, and whether some row of it is all True."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any = torch.bool, full_row: bool = False) -> None:
+        super().__init__(shape, dtype)
+        self.full_row = full_row
+
+    def all(self, dim: int) -> SimpleNamespace:
+        return SimpleNamespace(any=lambda: self.full_row)
+
+
+def test_the_megatron_core_attention_guard_draws_the_documented_limits(docs: str) -> None:
+    """Megatron's [s, b, n, d] tensors (NPU976): the documented head dim, head counts and
+    dtypes, the mask formats the docs list (BNSS, B1SS, 11SS, SS) and no other, and no row all
+    masked ("atten_mask中不能存在某一行全1的场景")."""
+    text = section(docs, "npu_fusion_attention")
+    max_head_dim = number(r"D: Head Dim必须满足Dq=Dk和Dk≥Dv\uff0c取值范围1~(\d+)", text)
+    max_heads = number(r"Nq取值范围1~(\d+)", text)
+    formats = re.search(r"输入shape类型支持(.+?)\.", text)
+    assert formats is not None and formats.group(1) == "BNSS格式、B1SS格式、11SS格式、SS格式"
+    assert "atten_mask中不能存在某一行全1的场景" in text
+    why_not = guard("why_not_npu_core_attention")
+    causal = SimpleNamespace(attn_mask_type=SimpleNamespace(name="causal"), scale=None)
+    sizes = {"B": 2, "N": 4, "1": 1}
+
+    def asked(heads=4, kv_heads=4, head_dim=64, dtype=torch.bfloat16, mask=None, sk=8):
+        q = Meta((8, 2, heads, head_dim), dtype)
+        kv = Meta((sk, 2, kv_heads, head_dim), dtype)
+        return why_not(q, kv, kv, mask, causal)
+
+    assert asked(head_dim=max_head_dim) is None
+    assert "head dim" in asked(head_dim=max_head_dim + 1)
+    assert asked(heads=max_heads, kv_heads=max_heads // 4) is None
+    assert "query heads" in asked(heads=max_heads + 4, kv_heads=4)
+    assert "query heads" in asked(heads=6, kv_heads=4)
+    assert all(asked(dtype=dtype) is None for dtype in DTYPES.values())
+    assert "float64" in asked(dtype=torch.float64)
+    for documented in ("BNSS", "B1SS", "11SS", "SS"):
+        shape = tuple(sizes[c] for c in documented.removesuffix("SS")) + (8, 8)
+        assert asked(mask=Mask(shape)) is None, documented
+    assert "not boolean" in asked(mask=Mask((2, 1, 1, 8))), "a key-padding mask that broadcasts"
+    assert "not boolean" in asked(mask=Mask((1, 1, 8, 8), torch.float16))
+    assert "all masked" in asked(mask=Mask((1, 1, 8, 8), full_row=True))
+    assert "causal" in asked(sk=12), "a causal softmax given no mask over different lengths"
+    assert asked(sk=12, mask=Mask((1, 1, 8, 12))) is None
+
+
 def test_the_rotary_guard_draws_the_documented_limits(docs: str) -> None:
     text = section(docs, "npu_rotary_mul")
     below_head_dim = number(r"D < (\d+)\uff0c且为2的倍数", text)

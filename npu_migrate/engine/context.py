@@ -98,7 +98,7 @@ class FileContext:
         self.positions: Mapping[cst.CSTNode, CodeRange] = {}  # of the matches and imports, after it
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node).strip()
+        return _code(self.module, node)
 
     def enabled_for(self, candidate: Candidate) -> bool:
         return candidate.fixed is not None and candidate.rule.applicability in self.enabled
@@ -308,5 +308,12 @@ class FileContext:
 
 def _code_of_fixed(module: cst.Module, fixed: Fixed | None) -> str | None:
     if isinstance(fixed, cst.FlattenSentinel):
-        return "; ".join(module.code_for_node(n).strip() for n in fixed.nodes)
-    return None if fixed is None else module.code_for_node(fixed).strip()
+        return "; ".join(_code(module, n) for n in fixed.nodes)
+    return None if fixed is None else _code(module, fixed)
+
+
+def _code(module: cst.Module, node: cst.CSTNode) -> str:
+    """A node's code, without the comment lines above a statement."""
+    if getattr(node, "leading_lines", None):
+        node = node.with_changes(leading_lines=())
+    return module.code_for_node(node).strip()

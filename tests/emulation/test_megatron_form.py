@@ -74,18 +74,30 @@ def test_a_training_loop_on_the_real_megatron_core_trains_on_two_tensor_parallel
     assert all(math.isfinite(x) for x in losses[0]) and losses[0][-1] < losses[0][0], losses
 
 
-def test_the_real_megatron_core_trains_with_its_fusions_on_after_apply_unsafe(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def unsafe_core(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """megatron-core 0.12.1 (the PyPI sdist, pinned) and the user's loop on it, after `apply
+    --unsafe`."""
+    top = tmp_path_factory.mktemp("unsafe-core")
+    source = top / "src"
+    shutil.copytree(fetch(MEGATRON_CORE), source / "megatron")
+    shutil.copy(SOURCE / "mcore_train_loop.py", source)
+    migrated = top / "migrated"
+    run_cli("apply", source, "--unsafe", "--out", migrated, "--change-list", top / "c.csv", cwd=top)
+    return migrated
+
+
+def test_the_real_megatron_core_trains_with_its_fusions_on_after_apply_unsafe(unsafe_core: Path) -> None:
     """megatron-core 0.12.1 with masked-softmax and gradient-accumulation fusion on (Megatron's
     training defaults; CUDA kernels in the original, ModuleNotFoundError after a safe apply),
     migrated with `--unsafe`, on two tensor-parallel ranks: its softmax runs on
-    npu_scaled_masked_softmax and its weight gradients on _npu_matmul_add_fp32, the RNG tracker
-    and recomputation hold as without them, and the loss falls alike on both ranks."""
-    source = tmp_path / "src"
-    shutil.copytree(fetch(MEGATRON_CORE), source / "megatron")
-    shutil.copy(SOURCE / "mcore_train_loop.py", source)
-    migrated = tmp_path / "migrated"
-    run_cli("apply", source, "--unsafe", "--out", migrated, "--change-list", tmp_path / "c.csv", cwd=tmp_path)
+    npu_scaled_masked_softmax, its core attention on npu_fusion_attention and its weight
+    gradients on _npu_matmul_add_fp32, the RNG tracker and recomputation hold as without them,
+    and the loss falls alike on both ranks."""
+    migrated = unsafe_core
     assert "npu_fused_softmax(" in (migrated / "megatron/core/fusions/fused_softmax.py").read_text()
+    attention = (migrated / "megatron/core/transformer/dot_product_attention.py").read_text()
+    assert "context = npu_core_attention(query, key, value, attention_mask," in attention
     ran = run_cli(
         "run", "--emulate", "torchrun", "--nproc_per_node=2", "mcore_train_loop.py", "--fusions", cwd=migrated
     )
@@ -225,6 +237,103 @@ assert abs(norm - total.item()) < 1e-4 * total.item() and all(g.device.type == "
 for g, b in zip(grads, before):
     torch.testing.assert_close(g.float(), b / (total + 1e-6), atol=1e-2, rtol=1e-2)
 print("clipped", round(torch.linalg.vector_norm(torch.cat([g.float().flatten() for g in grads])).item(), 2))
+"""
+
+
+def test_megatron_core_attention_runs_as_one_fused_call_and_matches_its_statements(
+    unsafe_core: Path, tmp_path: Path
+) -> None:
+    """megatron-core's DotProductAttention after `apply --unsafe` (NPU976), on the emulated NPU:
+    forward and the gradients of q, k and v agree with the statements it replaced (the guard's
+    `else`, forced for the reference) in fp32 closely and in bf16 as close as those statements'
+    own bf16 run is to their fp32 one (doubled): GPT's causal mask given, the causal mask the
+    softmax builds when given none (sparse mode 2), a padding mask per batch, GQA's repeated key
+    heads, and the scale split by apply_query_key_layer_scaling. A key-padding mask [b, 1, 1, sk]
+    that the kernel does not take runs the statements, with the guard's reason."""
+    script = tmp_path / "check_core_attention.py"
+    script.write_text(CORE_ATTENTION.replace("STORE", (tmp_path / "store").as_posix()))
+    ran = run_cli("run", "--emulate", script, cwd=unsafe_core)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.strip().splitlines()
+    assert lines == [
+        f"{case} {dtype}: {outcome} ok"
+        for case, outcome in [
+            ("causal-mask", "fused"),
+            ("causal-built", "fused"),
+            ("padding", "fused"),
+            ("gqa", "fused"),
+            ("layer-scaling", "fused"),
+            ("key-padding", "a torch.bool mask of shape (2, 1, 1, 64), not boolean [b or 1, 1, sq, sk]"),
+        ]
+        for dtype in ("float32", "bfloat16")
+    ], ran.stdout
+
+
+CORE_ATTENTION = r"""
+import torch
+import torch_npu
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.transformer import dot_product_attention as core
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+torch.distributed.init_process_group("hccl", init_method="file://STORE", rank=0, world_size=1)
+parallel_state.initialize_model_parallel(1, 1)
+model_parallel_cuda_manual_seed(0)
+GUARD, S, B = core.why_not_npu_core_attention, 64, 2
+said = []
+
+
+def attention(mask_type, dtype, groups=4, scaling=False):
+    config = TransformerConfig(
+        num_layers=1, hidden_size=64, num_attention_heads=4, num_query_groups=groups, kv_channels=16,
+        attention_dropout=0.0, apply_query_key_layer_scaling=scaling, bf16=dtype == torch.bfloat16,
+        params_dtype=dtype,
+    )
+    return core.DotProductAttention(config, layer_number=3, attn_mask_type=mask_type, attention_type="self")
+
+
+def run(case, dtype, fused):
+    mask_type, groups, scaling, mask = case
+    core.why_not_npu_core_attention = (lambda *a: said.append(GUARD(*a)) or said[-1]) if fused else (
+        lambda *a: "the reference")
+    torch.manual_seed(0)
+    q = torch.randn(S, B, 4, 16, device="npu")
+    k, v = (torch.randn(S, B, groups, 16, device="npu") for _ in range(2))
+    q, k, v = (t.to(dtype).requires_grad_() for t in (q, k, v))
+    out = attention(mask_type, dtype, groups, scaling)(q, k, v, mask)
+    out.float().pow(2).sum().backward()
+    return [t.detach().float().cpu() for t in (out, q.grad, k.grad, v.grad)]
+
+
+causal = torch.ones(S, S, dtype=torch.bool, device="npu").triu(1)
+padding = (torch.rand(B, 1, S, S, device="npu") > 0.7) & ~torch.eye(S, dtype=torch.bool, device="npu")
+keys = torch.zeros(B, 1, 1, S, dtype=torch.bool, device="npu")
+keys[1, ..., 50:] = True
+CASES = {
+    "causal-mask": (AttnMaskType.causal, 4, False, causal[None, None]),
+    "causal-built": (AttnMaskType.causal, 4, False, None),
+    "padding": (AttnMaskType.padding, 4, False, padding),
+    "gqa": (AttnMaskType.causal, 2, False, causal[None, None]),
+    "layer-scaling": (AttnMaskType.causal, 4, True, causal[None, None]),
+    "key-padding": (AttnMaskType.padding, 4, False, keys),
+}
+for name, case in CASES.items():
+    truth = run(case, torch.float32, fused=False)
+    for dtype in (torch.float32, torch.bfloat16):
+        said.clear()
+        got = run(case, dtype, fused=True)
+        if dtype == torch.float32:
+            for a, b in zip(got, truth, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        else:
+            plain = run(case, dtype, fused=False)
+            for a, b, c in zip(got, truth, plain, strict=True):
+                tolerance = max(2**-6 * b.abs().max().item(), 2 * (c - b).abs().max().item())
+                torch.testing.assert_close(a, b, rtol=2**-6, atol=tolerance)
+        assert len(set(said)) == 1, said
+        print(f"{name} {str(dtype).removeprefix('torch.')}: {said[0] or 'fused'} ok")
 """
 
 

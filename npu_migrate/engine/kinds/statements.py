@@ -276,14 +276,20 @@ class StatementsMatcher(Matcher):
         self, removed: tuple[cst.BaseStatement, ...], reader: cst.BaseStatement, into: cst.CSTNode
     ) -> Hold | None:
         """Why the names the statements assign are still read once they are gone: in the reader
-        outside `into`, after the reader, or anywhere else in a loop around them."""
+        outside `into`, after the reader, or anywhere else in a loop around them. A name the
+        reader assigns again (Megatron's `context = context.view(*output_size)`) is the
+        reader's own from there on."""
         chain = set().union(*map(_assigned, removed))
         function = self.ctx.facts.functions[-1]
-        in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)}
+        targets, rebound = _rebinding(reader)
+        in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)} - targets
         gone = {id(n) for statement in removed for n in subtree(statement)} | {id(n) for n in subtree(into)}
+        gone |= targets
         looped = any(isinstance(node, cst.For | cst.While) for node in _path_to(function, reader))
         for node, path, past_reader in _names_in_order(function, reader):
             if node.value not in chain or id(node) in gone:
+                continue
+            if node.value in rebound and id(node) not in in_reader:
                 continue
             if id(node) in in_reader or past_reader or looped:
                 where = "there" if id(node) in in_reader else "after it"
@@ -334,6 +340,22 @@ def _guarded_block(edit: _Edit, original: list[cst.BaseStatement]) -> cst.If:
         orelse=cst.Else(cst.IndentedBlock(unfused)),
         leading_lines=_leading(first),
     )
+
+
+def _rebinding(reader: cst.BaseStatement) -> tuple[set[int], set[str]]:
+    """The target names of a reader that is one plain assignment (their nodes, their names):
+    what they held before it is not read after it."""
+    line = _matchable(reader)
+    if not isinstance(line, cst.Assign | cst.AnnAssign) or (isinstance(line, cst.AnnAssign) and not line.value):
+        return set(), set()
+    targets = [t.target for t in line.targets] if isinstance(line, cst.Assign) else [line.target]
+    names = [
+        n
+        for target in targets
+        for n in ([target] if isinstance(target, cst.Name) else children(target))
+        if isinstance(n, cst.Name)
+    ]
+    return {id(n) for n in names}, {n.value for n in names}
 
 
 def _leading(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
