@@ -128,7 +128,7 @@ def test_the_megatron_core_attention_guard_draws_the_documented_limits(docs: str
     assert all(asked(dtype=dtype) is None for dtype in DTYPES.values())
     assert "float64" in asked(dtype=torch.float64)
     for documented in ("BNSS", "B1SS", "11SS", "SS"):
-        shape = tuple(sizes[c] for c in documented.removesuffix("SS")) + (8, 8)
+        shape = (*(sizes[c] for c in documented.removesuffix("SS")), 8, 8)
         assert asked(mask=Mask(shape)) is None, documented
     assert "not boolean" in asked(mask=Mask((2, 1, 1, 8))), "a key-padding mask that broadcasts"
     assert "not boolean" in asked(mask=Mask((1, 1, 8, 8), torch.float16))

@@ -256,3 +256,34 @@ def test_children_come_in_source_order() -> None:
             code = [id(c) for c in ours if not isinstance(c, _TOKENS)]
             assert code == [id(c) for c in libcsts if not isinstance(c, _TOKENS)], type(node).__name__
     assert {"Arg", "IfExp", "FunctionDef", "ClassDef", "ExceptHandler", "MatchCase", "Parameters"} <= seen
+
+
+EAGER = """import torch
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn_drop = torch.nn.Dropout(0.0)
+
+    def forward(self, q, k, v):
+        attn = (q @ k.transpose(-2, -1)) * self.scale
+        attn = attn.softmax(dim=-1)
+        attn = {reader}
+        return attn
+"""
+
+
+@pytest.mark.parametrize(
+    ("reader", "fused"),
+    [
+        ("(attn @ v).transpose(1, 2)", True),  # the reader assigns attn again: its own from there on
+        ("(attn @ v).transpose(1, 2) + attn.sum()", False),  # and reads the scores besides `into`
+    ],
+)
+def test_a_statements_reader_that_assigns_a_computed_name_again_owns_it(reader: str, fused: bool) -> None:
+    _, result = run(EAGER.format(reader=reader), UNSAFE)
+    (finding,) = [f for f in result.findings if f.rule.code == "NPU947"]
+    assert finding.applied is fused, finding.held
+    if not fused:
+        assert finding.held is not None and "`attn`, which these statements compute, is read there" in (
+            finding.held.why
+        )

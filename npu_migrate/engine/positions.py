@@ -24,8 +24,8 @@ _NEWLINE = re.compile(r"\r\n?|\n")  # what libcst counts as a line break
 
 _NOTHING = nullcontext()
 # Nodes whose syntactic range libcst takes from their children's ranges (start_node/end_node):
-# asking for one of these makes every node's range be kept. Should libcst add another, the
-# missing child range is noticed and every range is kept then too.
+# asking for one of these keeps its children's ranges too. Should libcst add another, the
+# missing child range is noticed and every range is kept then.
 _FROM_CHILDREN = (
     cst.BaseCompoundStatement,
     cst.BaseSuite,
@@ -103,8 +103,7 @@ class _OffsetState(CodegenState):
 
 def positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> Mapping[cst.CSTNode, CodeRange]:
     """The ranges of `nodes` (nodes of `module`)."""
-    wanted = None if any(isinstance(n, _FROM_CHILDREN) for n in nodes) else set(nodes)
-    state = _OffsetState(module, wanted)
+    state = _OffsetState(module, _with_children(nodes))
     try:
         module._codegen(state)
     except _ChildRangeMissing:
@@ -120,3 +119,17 @@ def positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> Mapping[cst
     return {
         node: CodeRange(position(state.ranges[node][0]), position(state.ranges[node][1])) for node in nodes
     }
+
+
+def _with_children(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
+    """The nodes, and the children whose ranges theirs are taken from (_FROM_CHILDREN): all
+    children of such a node, and theirs in turn where they are such nodes themselves."""
+    wanted = set(nodes)
+    pending = [n for n in nodes if isinstance(n, _FROM_CHILDREN)]
+    while pending:
+        for child in pending.pop().children:
+            if child not in wanted:
+                wanted.add(child)
+                if isinstance(child, _FROM_CHILDREN):
+                    pending.append(child)
+    return wanted

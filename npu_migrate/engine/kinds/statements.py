@@ -346,7 +346,7 @@ def _rebinding(reader: cst.BaseStatement) -> tuple[set[int], set[str]]:
     """The target names of a reader that is one plain assignment (their nodes, their names):
     what they held before it is not read after it."""
     line = _matchable(reader)
-    if not isinstance(line, cst.Assign | cst.AnnAssign) or (isinstance(line, cst.AnnAssign) and not line.value):
+    if not isinstance(line, cst.Assign | cst.AnnAssign) or getattr(line, "value", None) is None:
         return set(), set()
     targets = [t.target for t in line.targets] if isinstance(line, cst.Assign) else [line.target]
     names = [
