@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -44,6 +45,7 @@ def run(
     try:
         from npu_migrate.emulation.runner import (
             emulate_the_host,
+            guards_reported,
             real_torch_npu_imports,
             run_command,
             run_script,
@@ -61,9 +63,12 @@ def run(
         common.fail(f"no such script or command: {script}")
     if emulate:
         emulate_the_host(npus)
-    if command is None and runs_in_python(path):
-        raise typer.Exit(run_script(path, list(ctx.args), emulate))
-    raise typer.Exit(run_command([command or str(path), *ctx.args]))
+    with guards_reported(Path.cwd()) if emulate else contextlib.nullcontext():
+        if command is None and runs_in_python(path):
+            code = run_script(path, list(ctx.args), emulate)
+        else:
+            code = run_command([command or str(path), *ctx.args])
+    raise typer.Exit(code)
 
 
 #####VERIFY

@@ -4,15 +4,19 @@ emulation (and say so)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import runpy
 import subprocess
 import sys
+import tempfile
 import traceback
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-from npu_migrate.emulation import BIN, NPUS_VARIABLE, use_site
+from npu_migrate.emulation import BIN, NPUS_VARIABLE, guards, use_site
 
 
 def real_torch_npu_imports() -> bool:
@@ -55,6 +59,28 @@ def emulate_the_host(npus: int | None) -> None:
     os.environ["PATH"] = search_path(emulate=True)
     if npus is not None:
         os.environ[NPUS_VARIABLE] = str(npus)
+
+
+@contextlib.contextmanager
+def guards_reported(root: Path) -> Iterator[None]:
+    """Count the guarded fused swaps of the tree under `root` in this process and in every
+    process it starts, and say on stderr, once the run is over, what their guards decided."""
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-guards-") as folder:
+        os.environ[guards.FOLDER_VARIABLE], os.environ[guards.ROOT_VARIABLE] = folder, str(root)
+        counts = guards.GuardCounts(root.resolve())
+        guards.watch_imports(counts)
+        try:
+            yield
+        finally:
+            sites = guards.summed(Path(folder))
+            for site, outcomes in counts.sites.items():
+                sites.setdefault(site, Counter()).update(outcomes)
+            if sites:
+                lines = "\n".join(guards.described(sites))
+                print(
+                    f"npu-migrate: guarded fused swaps (fused: the NPU operator ran):\n{lines}",
+                    file=sys.stderr,
+                )
 
 
 def run_command(argv: list[str]) -> int:

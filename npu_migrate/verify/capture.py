@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from npu_migrate.emulation.guards import GuardCounts
+
 
 def flatten(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for every tensor inside tuples, lists, dicts, dataclasses and Hugging
@@ -215,27 +217,22 @@ def caller_in(root: Path, frame: types.FrameType | None, past_torch: bool = Fals
     return f"{Path(code.co_filename).relative_to(root).as_posix()}:{name}"
 
 
-GUARD_PREFIX = "why_not_npu_"  # the run-time guards guarded fixes write (rules/fused.yaml)
-
-
 class FusedCalls:
     """How often the migrated side calls each of torch_npu's fused operators (`npu_*`,
     `fast_gelu`), counted by wrapping the module's attributes, which migrated code looks up as
     it calls them: a fused swap the model's code path never reaches is then visible, where an
     agreeing comparison alone would read as proof of it. `sites` counts the calls by caller
     inside `root` (`path/in/tree.py:Class.method`), which names the swap that ran. `guards`:
-    for each guarded swap (`path/in/tree.py:line`), how often its guard let the fused operator
-    run ("fused") and, for each reason it gave, how often the original ran instead; counted by
-    wrapping the guards (`why_not_npu_*`) in the tree's modules once the entry loaded them."""
+    what each guarded swap's guard said (emulation.guards), for the tree's modules the entry
+    loaded."""
 
     def __init__(self, module: Any, root: Path) -> None:
         self.module = module
         self.root = root
         self.counts: Counter[str] = Counter()
         self.sites: Counter[str] = Counter()
-        self.guards: dict[str, Counter[str]] = {}
-        self._counting = False
-        self._guards: list[tuple[types.ModuleType, str, Callable[..., Any]]] = []
+        self.guards = GuardCounts(root)
+        self.guards.counting = False
         self._originals = {
             name: value
             for name, value in vars(module).items()
@@ -245,17 +242,8 @@ class FusedCalls:
         }
 
     def watch_guards(self) -> None:
-        """Wrap the guards of the tree's modules loaded so far (a module's guard is looked up in
-        its globals as the swap runs)."""
-        watched = {(id(module), name) for module, name, _ in self._guards}
-        for module in list(sys.modules.values()):
-            file = getattr(module, "__file__", None)
-            if not file or not Path(file).resolve().is_relative_to(self.root):
-                continue
-            for name, guard in list(vars(module).items()):
-                if name.startswith(GUARD_PREFIX) and callable(guard) and (id(module), name) not in watched:
-                    self._guards.append((module, name, guard))
-                    setattr(module, name, self._counted_guard(guard))
+        """Count the guards of the tree's modules loaded so far."""
+        self.guards.watch_loaded()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -269,32 +257,17 @@ class FusedCalls:
     def __enter__(self) -> FusedCalls:
         for name, operator in self._originals.items():
             setattr(self.module, name, self._counted(name, operator))
-        self._counting = True
+        self.guards.counting = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         for name, operator in self._originals.items():
             setattr(self.module, name, operator)
-        self._counting = False
+        self.guards.counting = False
 
     def close(self) -> None:
         """Puts the tree's guards back."""
-        for module, name, guard in self._guards:
-            setattr(module, name, guard)
-
-    def _counted_guard(self, guard: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            why = guard(*args, **kwargs)
-            if self._counting:
-                frame = sys._getframe(1)  # the swap: the guard is called where the fused code is
-                path = Path(frame.f_code.co_filename).resolve()
-                inside = path.is_relative_to(self.root)
-                where = path.relative_to(self.root).as_posix() if inside else path.name
-                outcomes = self.guards.setdefault(f"{where}:{frame.f_lineno}", Counter())
-                outcomes["fused" if why is None else str(why)] += 1
-            return why
-
-        return counted
+        self.guards.restore()
 
     def _counted(self, name: str, operator: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:

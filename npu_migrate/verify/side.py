@@ -246,7 +246,9 @@ def run(request: SideRequest) -> SideReport:
             fused.close()
     report.fused_calls = dict(sorted(fused.counts.items()))
     report.fused_sites = dict(sorted(fused.sites.items()))
-    report.guarded = {site: dict(outcomes.most_common()) for site, outcomes in sorted(fused.guards.items())}
+    report.guarded = {
+        site: dict(outcomes.most_common()) for site, outcomes in sorted(fused.guards.sites.items())
+    }
     return report
 
 

@@ -105,6 +105,9 @@ def test_the_real_megatron_core_trains_with_its_fusions_on_after_apply_unsafe(un
     for rank in (0, 1):
         assert f"rank {rank}: recomputed gradients equal: True" in ran.stdout, ran.stdout
         assert f"rank {rank}: default draws agree across ranks: True" in ran.stdout, ran.stdout
+    site = r"^  megatron/core/transformer/dot_product_attention\.py:\d+: (.*)$"
+    guarded = re.findall(site, ran.stderr, re.M)
+    assert len(guarded) == 1 and re.fullmatch(r"fused [1-9]\d*", guarded[0]), ran.stderr[-3000:]
     losses = [float(x) for x in re.findall(r"rank 0 step \d+ loss ([-\d.e+]+)", ran.stdout)]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
 
