@@ -95,7 +95,12 @@ class Pattern:
         if isinstance(tree, ast.Expr) and not isinstance(self.tree, cst.Expr):
             tree = tree.value  # an expression pattern
         key = self.root_key
-        return lambda node: _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
+        types = _stdlib_types(tree)
+        if types is None:
+            return lambda node: key is None or _stdlib_key(node) == key
+        return lambda node: (
+            type(node) in types and _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
+        )
 
     @property
     def key(self) -> str:
@@ -215,6 +220,15 @@ _OPERATORS: dict[type[ast.operator], type[cst.BaseBinaryOp]] = {
     ast.BitXor: cst.BitXor,
     ast.BitAnd: cst.BitAnd,
 }
+
+
+def _stdlib_types(pattern: ast.AST) -> frozenset[type] | None:
+    """The node types _stdlib_same lets pass for `pattern` (None: any)."""
+    if isinstance(pattern, ast.Name) and pattern.id.startswith(_PREFIX):
+        return None
+    if isinstance(pattern, ast.Attribute) and _ast_dotted(pattern):
+        return frozenset({ast.Name, ast.Attribute})
+    return frozenset({type(pattern)})
 
 
 def _stdlib_same(pattern: ast.AST, node: ast.AST) -> bool:
@@ -398,7 +412,6 @@ class _Spelling(cst.CSTTransformer):
     def __init__(self, spell: Spell) -> None:
         super().__init__()
         self.spell = spell
-        self.needed: list[str] = []
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         return dotted_parts(node) is None
@@ -407,9 +420,7 @@ class _Spelling(cst.CSTTransformer):
         parts = dotted_parts(original)
         if parts is None or any(p.startswith(_PREFIX) for p in parts):
             return updated
-        code, module = self.spell(".".join(parts))
-        if module:
-            self.needed.append(module)
+        code, _ = self.spell(".".join(parts))
         return _spelled_name(code).with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
 
@@ -485,12 +496,33 @@ def fill(template: str, codes: dict[str, str], spell: Spell) -> tuple[cst.CSTNod
     template are spelled through the file's imports. Returns the node and modules to import.
     Raises ValueError when a metavariable the template needs outside an optional keyword
     argument is not bound."""
-    spelling = _Spelling(spell)
-    spelled = parse_code(placeholders(template)).visit(spelling)
-    assert isinstance(spelled, cst.CSTNode)  # a template's root is never removed or flattened
-    tree = spelled.visit(_Fill(codes))
+    spellings = tuple(map(spell, _dotted_names(template)))
+    tree = _spelled(template, spellings).visit(_Fill(codes))
     assert isinstance(tree, cst.CSTNode)
-    return tree, spelling.needed
+    return tree, [module for _, module in spellings if module]
+
+
+@functools.lru_cache(maxsize=1024)
+def _dotted_names(template: str) -> tuple[str, ...]:
+    """The qualified names a template spells through the file's imports, in order."""
+    asked: list[str] = []
+
+    def ask(name: str) -> tuple[str, str | None]:
+        asked.append(name)
+        return name, None
+
+    parse_code(placeholders(template)).visit(_Spelling(ask))
+    return tuple(asked)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spelled(template: str, spellings: tuple[tuple[str, str | None], ...]) -> cst.CSTNode:
+    """The template with its qualified names spelled as a file spells them (the same for every
+    file that spells them alike)."""
+    spelled = dict(zip(_dotted_names(template), spellings, strict=True))
+    tree = parse_code(placeholders(template)).visit(_Spelling(spelled.__getitem__))
+    assert isinstance(tree, cst.CSTNode)  # a template's root is never removed or flattened
+    return tree
 
 
 def code_of(node: cst.CSTNode, module: cst.Module) -> str:
