@@ -113,11 +113,14 @@ def _walk(
 
 
 def ast_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Every statement in a stdlib-parsed body, nested blocks included."""
-    for statement in body:
+    """Every statement in a stdlib-parsed body, nested blocks included, in source order (a stack,
+    not nested generators: each statement is handed up once, however deep it is)."""
+    pending = body[::-1]
+    while pending:
+        statement = pending.pop()
         yield statement
-        for block in ast_blocks(statement):
-            yield from ast_statements(block)
+        for block in reversed(list(ast_blocks(statement))):
+            pending += block[::-1]
 
 
 def ast_blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
