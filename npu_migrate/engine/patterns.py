@@ -98,8 +98,13 @@ class Pattern:
         types = _stdlib_types(tree)
         if types is None:
             return lambda node: key is None or _stdlib_key(node) == key
+        value = getattr(tree, "value", None) if isinstance(tree, _VALUED) else None
+        values = _stdlib_types(value) if isinstance(value, ast.AST) else None
         return lambda node: (
-            type(node) in types and _stdlib_same(tree, node) and (key is None or _stdlib_key(node) == key)
+            type(node) in types
+            and (values is None or type(node.value) in values)  # type: ignore[attr-defined]
+            and _stdlib_same(tree, node)
+            and (key is None or _stdlib_key(node) == key)
         )
 
     @property
@@ -220,6 +225,10 @@ _OPERATORS: dict[type[ast.operator], type[cst.BaseBinaryOp]] = {
     ast.BitXor: cst.BitXor,
     ast.BitAnd: cst.BitAnd,
 }
+
+
+# Statements whose value the stdlib test compares first (by type) before the whole pattern.
+_VALUED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
 
 
 def _stdlib_types(pattern: ast.AST) -> frozenset[type] | None:
