@@ -267,20 +267,26 @@ class Attention(torch.nn.Module):
     def forward(self, q, k, v):
         attn = (q @ k.transpose(-2, -1)) * self.scale
         attn = attn.softmax(dim=-1)
-        attn = {reader}
+        {target} = {reader}
         return attn
 """
 
 
+@pytest.mark.parametrize("target", ["attn", "attn, _"])
 @pytest.mark.parametrize(
     ("reader", "fused"),
     [
         ("(attn @ v).transpose(1, 2)", True),  # the reader assigns attn again: its own from there on
         ("(attn @ v).transpose(1, 2) + attn.sum()", False),  # and reads the scores besides `into`
     ],
+    ids=["rebinds", "reads-besides-into"],
 )
-def test_a_statements_reader_that_assigns_a_computed_name_again_owns_it(reader: str, fused: bool) -> None:
-    _, result = run(EAGER.format(reader=reader), UNSAFE)
+def test_a_statements_reader_that_assigns_a_computed_name_again_owns_it(
+    target: str, reader: str, fused: bool
+) -> None:
+    """As one name or in a tuple."""
+    reader = f"({reader}), None" if "," in target else reader
+    _, result = run(EAGER.format(target=target, reader=reader), UNSAFE)
     (finding,) = [f for f in result.findings if f.rule.code == "NPU947"]
     assert finding.applied is fused, finding.held
     if not fused:

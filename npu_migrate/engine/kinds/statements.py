@@ -352,7 +352,9 @@ def _rebinding(reader: cst.BaseStatement) -> tuple[set[int], set[str]]:
     names = [
         n
         for target in targets
-        for n in ([target] if isinstance(target, cst.Name) else children(target))
+        for n in (
+            [e.value for e in target.elements] if isinstance(target, cst.Tuple | cst.List) else [target]
+        )
         if isinstance(n, cst.Name)
     ]
     return {id(n) for n in names}, {n.value for n in names}
