@@ -22,18 +22,6 @@ app = typer.Typer(
 )
 
 
-def _flags_without_a_type(display_type_rich):
-    """typer prints `<bool>` beside every flag in help: a flag takes no value, so it shows none."""
-
-    def display(self: typer.core.TyperOption, ctx: object) -> str | None:
-        return None if self.is_flag else display_type_rich(self, ctx)
-
-    return display
-
-
-typer.core.TyperOption.display_type_rich = _flags_without_a_type(typer.core.TyperOption.display_type_rich)  # type: ignore[method-assign]
-
-
 def _version(shown: bool) -> None:
     if shown:
         from importlib.metadata import version  # the installed version, read when asked for
