@@ -38,6 +38,7 @@ class GuardCounts:
         self.counting = True
         self._replaced: list[tuple[types.ModuleType, str, Callable[..., Any]]] = []
         self._wrappers: set[int] = set()
+        self._files: dict[str, str] = {}  # a swap's file -> its name in the report
 
     def inside(self, file: str | None) -> bool:
         return bool(file) and Path(file).resolve().is_relative_to(self.root)  # type: ignore[arg-type]
@@ -65,16 +66,24 @@ class GuardCounts:
             setattr(module, name, guard)
         self._replaced.clear()
 
+    def _where(self, file: str) -> str:
+        """A swap's file as the report names it (inside the tree, from its root); worked out once
+        a file, since a guard asks at every call of its swap."""
+        where = self._files.get(file)
+        if where is None:
+            path = Path(file).resolve()
+            where = path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else path.name
+            self._files[file] = where
+        return where
+
     def _counted(self, guard: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
             why = guard(*args, **kwargs)
             if self.counting:
                 frame = sys._getframe(1)  # the swap: the guard is asked where the fused code is
-                path = Path(frame.f_code.co_filename).resolve()
-                where = (
-                    path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else path.name
+                outcomes = self.sites.setdefault(
+                    f"{self._where(frame.f_code.co_filename)}:{frame.f_lineno}", Counter()
                 )
-                outcomes = self.sites.setdefault(f"{where}:{frame.f_lineno}", Counter())
                 outcomes["fused" if why is None else str(why)] += 1
             return why
 
