@@ -166,6 +166,18 @@ NANOGPT = Snapshot(  # nanoGPT's train.py under torchrun (benchmarks/real_traine
     "3adf61e154c3fe3fca428ad6bc3818b27a3b8291",
     ("train.py", "model.py", "configurator.py"),
 )
+FLASH_ATTN = (
+    Release(  # flash-attn's pure-torch references (flash_attn/utils/testing.py): the stand-ins' judge
+        f"{FILES}/3b/b2/8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz",
+        "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
+        "flash_attn-2.8.3/flash_attn",
+    )
+)
+XFORMERS = Release(  # xformers' attention biases and its pure-torch reference (attn_bias_utils.py)
+    f"{FILES}/c1/fd/e9201fbee6a1a6d7a9c67c24a256ad4c2377bc67a634f7dbeaea23bd668a/xformers-0.0.29.post3.tar.gz",
+    "0b77c67ecc3c9fdd8a0e4399e675adf12e2ff40285e00974cca2d09108157f60",
+    "xformers-0.0.29.post3/xformers",
+)
 TORCH_NPU = Release(  # the real torch_npu's sources, read and never imported (tests of names, ops, kernels)
     f"{FILES}/21/6d/677a6ac5f6696d422a8513e268318ca96ccc8209b4683a6cf6272f43ddd0/"
     "torch_npu-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",

@@ -1,0 +1,1 @@
+"""flash-attn's layers (npu_migrate.verify.stand_ins)."""
