@@ -236,7 +236,7 @@ class BlockDiagonalCausalFromBottomRightMask(BlockDiagonalMask):
 
     def __post_init__(self) -> None:
         for index, ((qs, qe), (ks, ke)) in enumerate(
-            zip(self.q_seqinfo.intervals(), self.k_seqinfo.intervals())
+            zip(self.q_seqinfo.intervals(), self.k_seqinfo.intervals(), strict=True)
         ):
             if ke - ks < qe - qs:
                 raise ValueError(

@@ -39,9 +39,8 @@ def memory_efficient_attention(
     if not query.dim() == key.dim() == value.dim():
         raise ValueError("Query/Key/Value should all have the same number of dimensions")
     if query.shape[-1] != key.shape[-1] or key.shape[:-1] != value.shape[:-1]:
-        raise ValueError(
-            f"Incompatible shapes: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
+        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (query, key, value), strict=True))
+        raise ValueError(f"Incompatible shapes: {shapes}")
     if query.dim() > 3 and query.shape[-2] != key.shape[-2]:
         raise ValueError("Query and Key/Value must have the same number of heads (expand them, or use BMGHK)")
     q, k, v = (_heads_first(t) for t in (query, key, value))
