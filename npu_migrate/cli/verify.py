@@ -118,6 +118,15 @@ def verify(
             "wrapped as the trainer wraps it (DDP, FSDP, fully_shard) with this rank's inputs.",
         ),
     ] = None,
+    stand_in: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="The CUDA-only libraries the original may import as npu-migrate's plain-torch "
+            "stand-ins where it runs without CUDA, NAME[==RELEASE] each (repeat it; `none`: no "
+            "stand-in). Default: flash_attn 2.8.3, flash_attn_interface 3.0.0b1, xformers "
+            "0.0.29, apex, transformer_engine 2.4. The release decides APIs that changed.",
+        ),
+    ] = None,
     rules: common.RulesOption = None,
     bisect: Annotated[
         bool,
@@ -176,6 +185,7 @@ def verify(
             weights_map=_weights_map(weights_map) if weights_map else {},
             dump=dump.resolve() if dump else None,
             nproc=nproc or 0,
+            stand_ins=_stand_ins(stand_in or []),
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,
@@ -256,6 +266,15 @@ def _verify_tests(
     if html_path is not None:
         html_path.write_text(html_report(comparison), encoding="utf-8")
     raise typer.Exit(0 if comparison.passed else 1)
+
+
+def _stand_ins(asked: list[str]) -> dict[str, str]:
+    from npu_migrate.verify import stand_ins
+
+    try:
+        return stand_ins.choose(asked)
+    except stand_ins.StandInError as exc:
+        common.fail(str(exc))
 
 
 def _weights_map(path: Path) -> dict[str, Any]:

@@ -17,7 +17,16 @@ import matplotlib.pyplot as plt
 
 from npu_migrate import __version__
 from npu_migrate.verify.orchestrate import Result
-from npu_migrate.verify.report import guard_tally, headline, mib, ranks_line, ratio, step_failures, tally
+from npu_migrate.verify.report import (
+    guard_tally,
+    headline,
+    mib,
+    ranks_line,
+    ratio,
+    reference_lines,
+    step_failures,
+    tally,
+)
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -139,6 +148,7 @@ def _compared(result: Result) -> list[str]:
     for side, report in (("original", result.original), ("migrated", result.migrated)):
         rows.append([f"{side} versions", ", ".join(f"{k} {v}" for k, v in report.versions.items()) or "-"])
     rows.append(["npu-migrate", __version__])
+    rows += [["original's reference", line] for line in reference_lines(result)]
     if result.migrated.fused_calls:
         rows.append(["fused operators run", tally(result.migrated.fused_calls)])
     rows += [[f"guarded swap at {site}", guard_tally(runs)] for site, runs in result.migrated.guarded.items()]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from npu_migrate.verify import ranks
+from npu_migrate.verify import ranks, stand_ins
 from npu_migrate.verify.compare import Comparison, compare_runs
 from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
@@ -47,6 +47,8 @@ class Options:
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
     dump: Path | None = None  # msprobe dumps of each side's forward, in dump/original and dump/migrated
     nproc: int = 0  # each side under torchrun with this many ranks (0: one plain process)
+    # the CUDA-only libraries the original may import as plain-torch stand-ins, by release
+    stand_ins: dict[str, str] = field(default_factory=lambda: stand_ins.choose([]))
 
 
 @dataclass
@@ -83,6 +85,7 @@ def _side(
         weights_map=options.weights_map,
         dump=str(options.dump / role) if options.dump else "",
         nproc=options.nproc,
+        stand_ins=options.stand_ins,
     )
     path = work / f"{role}.json"
     path.write_text(json.dumps(asdict(request)))

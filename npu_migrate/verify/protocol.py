@@ -24,6 +24,7 @@ class SideRequest:
     dump: str = ""  # where to write the forward pass as an msprobe dump ("": nowhere)
     realistic: bool = False  # the original side redraws its weights at unit-variance scale first
     nproc: int = 0  # ranks under torchrun (0: one plain process); state and out are then per rank
+    stand_ins: dict[str, str] = field(default_factory=dict)  # original side: CUDA library -> release
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class SideReport:
     dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
     elementwise: list[str] = field(default_factory=list)  # leaf modules without parameters (GELU, SiLU)
+    stand_ins: list[str] = field(default_factory=list)  # original: CUDA libraries it ran on stand-ins
+    answered: list[str] = field(default_factory=list)  # original: `file:line: assert` CUDA checks answered
 
     @property
     def where(self) -> str:

@@ -96,10 +96,22 @@ def ranks_line(result: Result) -> str | None:
     )
 
 
+def reference_lines(result: Result) -> list[str]:
+    """What the original ran on in place of CUDA: the libraries' stand-ins, the asserts answered."""
+    lines = []
+    if result.original.stand_ins:
+        names = ", ".join(result.original.stand_ins)
+        lines.append(f"the original ran on npu-migrate's plain-torch stand-ins for: {names}")
+    lines += [f"CUDA assert answered on the original side: {where}" for where in result.original.answered]
+    return lines
+
+
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     world = f", {len(result.ranks)} ranks each under torchrun" if result.ranks else ""
     console.print(f"original {result.original.where} vs migrated {result.migrated.where}{world}")
+    for line in reference_lines(result):
+        console.print(f"  {line}", markup=False)
     if result.migrated.fused_calls:
         calls = tally(result.migrated.fused_calls)
         console.print(f"  fused operators the migrated side ran (forwards and steps): {calls}")
@@ -214,6 +226,8 @@ def write_json(path: Path, result: Result) -> None:
             "device": result.original.device,
             "emulated": result.original.emulated,
             "dropout": result.original.dropout,
+            "stand_ins": result.original.stand_ins,
+            "answered": result.original.answered,
         },
         "migrated": {
             "device": result.migrated.device,

@@ -34,7 +34,8 @@ class EntryError(Exception):
     """The entry does not keep the contract; the message says how."""
 
 
-def load_entry(tree: Path, entry: str) -> Any:
+def load_entry(tree: Path, entry: str, loader: Callable[[str, str], Any] | None = None) -> Any:
+    """The entry function, its file loaded as a module (by `loader(name, path)` if given)."""
     file, _, func = entry.partition(":")
     path = tree / file
     if not func:
@@ -42,7 +43,8 @@ def load_entry(tree: Path, entry: str) -> Any:
     if not path.is_file():
         raise EntryError(f"no entry file {file} in {tree}")
     sys.path.insert(0, str(tree))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    made = loader(path.stem, str(path)) if loader else None
+    spec = importlib.util.spec_from_file_location(path.stem, path, loader=made)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -236,7 +238,7 @@ def run(request: SideRequest) -> SideReport:
     from npu_migrate.verify.capture import FusedCalls
 
     if request.role != "migrated":
-        return _run(request, contextlib.nullcontext)
+        return _original(request)
     import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
 
     with FusedCalls(torch_npu, Path(request.tree).resolve()) as fused:
@@ -252,10 +254,26 @@ def run(request: SideRequest) -> SideReport:
     return report
 
 
+def _original(request: SideRequest) -> SideReport:
+    """The reference run: where it has no CUDA, the CUDA-only libraries it imports are the
+    plain-torch stand-ins and its asserts that tensors are on CUDA are answered (both listed)."""
+    from npu_migrate.verify import stand_ins
+    from npu_migrate.verify.stand_ins.cuda_asserts import CudaAsserts
+
+    on_cuda = request.device.startswith("cuda")
+    libraries = stand_ins.install(request.stand_ins, real_first=on_cuda)
+    asserts = None if on_cuda else CudaAsserts(Path(request.tree)).install()
+    report = _run(request, contextlib.nullcontext, loader=asserts.loader if asserts else None)
+    report.stand_ins = stand_ins.described(libraries.imported)
+    report.answered = asserts.answered if asserts else []
+    return report
+
+
 def _run(
     request: SideRequest,
     uncounted: Callable[[], AbstractContextManager[Any]],
     loaded: Callable[[], None] = lambda: None,
+    loader: Callable[[str, str], Any] | None = None,
 ) -> SideReport:
     import torch
 
@@ -263,7 +281,7 @@ def _run(
 
     tree = Path(request.tree)
     torch.manual_seed(0)
-    parts = unpack(load_entry(tree, request.entry)())
+    parts = unpack(load_entry(tree, request.entry, loader)())
     loaded()  # the tree's modules are imported: their guards can be watched
     model, inputs = parts["model"], parts["inputs"]
     device = torch.device(request.device)
