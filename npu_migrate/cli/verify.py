@@ -164,6 +164,7 @@ def verify(
         common.needs_torch("verify", exc)
     if dump is not None and not PATH_CHARACTERS.fullmatch(str(dump.resolve())):
         common.fail(f"--dump {dump}: msprobe reads only paths of letters, digits and _.:/-")
+    chosen = _stand_ins(stand_in or [])
     with contextlib.ExitStack() as stack:
         copy = None
         if tree is not None:
@@ -185,7 +186,7 @@ def verify(
             weights_map=_weights_map(weights_map) if weights_map else {},
             dump=dump.resolve() if dump else None,
             nproc=nproc or 0,
-            stand_ins=_stand_ins(stand_in or []),
+            stand_ins=chosen,
             limits=Thresholds(
                 cosine_warn=cosine_warn,
                 abs_warn=abs_warn,

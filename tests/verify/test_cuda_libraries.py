@@ -1,0 +1,89 @@
+"""verify on a model whose original needs CUDA-only libraries (fixtures/verify/wan_dit, in
+Wan2.1's form: FlashAttention 3 else flash-attn 2 over packed sequences, an assert that q is on
+CUDA): the original runs on the stand-ins as the reference, the report says so, a correct
+migration passes and bugs planted in the migrated copy are blamed where they were planted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import run_cli
+from tests.verify.test_verify import CASES, verify
+
+pytest.importorskip("torch")
+
+TREE = CASES / "wan_dit" / "original"
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wan") / "migrated"
+    applied = run_cli("apply", TREE, "--unsafe", "--out", out, cwd=out.parent)
+    assert applied.returncode in (0, 1), applied.stderr
+    assert "npu_fusion_attention" in (out / "dit" / "attention.py").read_text()
+    return out
+
+
+def test_the_original_runs_on_the_stand_ins_and_the_migration_passes(tmp_path: Path) -> None:
+    code, data, output = verify(tmp_path, TREE, "--unsafe", "--steps", "2")
+    assert code == 0, output
+    assert data["passed"] and all(step["passed"] for step in data["steps"])
+    assert data["original"]["stand_ins"] == [
+        "flash-attn 3 (hopper) 3.0.0b1 (flash_attn_interface)",
+        "flash-attn 2.8.3 (flash_attn)",
+    ]
+    assert data["original"]["answered"] == [
+        "dit/attention.py:20: assert q.device.type == 'cuda' and q.size(-1) <= 256"
+    ]
+    assert "the original ran on npu-migrate's plain-torch stand-ins for: flash-attn 3" in output
+    assert "npu_fusion_attention x" in output  # the migrated side ran the fused operator
+
+
+def _planted(migrated: Path, tmp_path: Path, file: str, old: str, new: str) -> Path:
+    tree = tmp_path / "planted"
+    shutil.copytree(migrated, tree)
+    path = tree / file
+    assert old in path.read_text(), old
+    path.write_text(path.read_text().replace(old, new, 1))
+    return tree
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "module"),
+    [
+        (  # the fused call's scale: 1/sqrt(d) ported as d ** -0.45
+            "dit/attention.py", "scale=q.shape[-1] ** -0.5", "scale=q.shape[-1] ** -0.45", "blocks.0.self_attn",
+        ),
+        (  # the text's padding read: the lengths dropped from the cross-attention
+            "dit/model.py", "k_lens=context_lens", "k_lens=None", "blocks.0.cross_attn",
+        ),
+    ],
+)  # fmt: skip
+def test_a_bug_planted_in_the_migration_is_blamed_where_it_was_planted(
+    migrated: Path, file: str, old: str, new: str, module: str, tmp_path: Path
+) -> None:
+    planted = _planted(migrated, tmp_path, file, old, new)
+    code, data, output = verify(tmp_path, "--original", TREE, "--migrated", planted)
+    assert code == 1, output
+    assert data["first_divergence"] == module, output
+
+
+def test_the_stand_ins_are_chosen_on_the_command_line(migrated: Path, tmp_path: Path) -> None:
+    """flash-attn 2 alone: the original takes its FA2 branch; none: it cannot run, and says why."""
+    code, data, output = verify(
+        tmp_path, "--original", TREE, "--migrated", migrated, "--stand-in", "flash_attn"
+    )
+    assert code == 0, output
+    assert data["original"]["stand_ins"] == ["flash-attn 2.8.3 (flash_attn)"]
+    code, _, output = verify(tmp_path, "--original", TREE, "--migrated", migrated, "--stand-in", "none")
+    assert code == 2
+    assert "the original side failed" in output and "assert FLASH_ATTN_2_AVAILABLE" in output
+    bad = run_cli("verify", TREE, "--entry", "entry.py:build", "--stand-in", "flash-atn", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: --stand-in flash-atn: no stand-in for 'flash-atn' (there are: flash_attn, "
+        "flash_attn_interface, xformers, apex, transformer_engine; or none)"
+    ]
