@@ -55,7 +55,8 @@ def _planted(migrated: Path, tmp_path: Path, file: str, old: str, new: str) -> P
     ("file", "old", "new", "module"),
     [
         (  # the fused call's scale: 1/sqrt(d) ported as d ** -0.45
-            "dit/attention.py", "scale=q.shape[-1] ** -0.5", "scale=q.shape[-1] ** -0.45", "blocks.0.self_attn",
+            "dit/attention.py", "scale=q.shape[-1] ** -0.5", "scale=q.shape[-1] ** -0.45",
+            "blocks.0.self_attn",
         ),
         (  # the text's padding read: the lengths dropped from the cross-attention
             "dit/model.py", "k_lens=context_lens", "k_lens=None", "blocks.0.cross_attn",
