@@ -293,3 +293,69 @@ def test_xformers_refuses_what_the_library_refuses() -> None:
         block.make_causal_from_bottomright()
     with pytest.raises(ValueError, match="window_size > 0"):
         xformers_bias.LowerTriangularFromBottomRightMask().make_local_attention(0)
+
+
+def _trained(make_optimizer, steps: int = 3) -> list[torch.Tensor]:
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    optimizer = make_optimizer(model.parameters())
+    data = torch.randn(32, 8)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(data).pow(2).mean().backward()
+        optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize(
+    ("ours", "torchs"),
+    [  # apex's own tests (tests/L0/run_optimizers) hold FusedAdam to torch's Adam and AdamW
+        (
+            {"adam_w_mode": True, "weight_decay": 0.1},
+            lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+        ),
+        (
+            {"adam_w_mode": False, "weight_decay": 0.1},
+            lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1),
+        ),
+    ],
+)
+def test_apex_fused_adam_updates_as_torch_does(ours: dict, torchs) -> None:
+    from npu_migrate.verify.stand_ins.optimizers import FusedAdam
+
+    got = _trained(lambda p: FusedAdam(p, lr=1e-2, **ours))
+    for a, b in zip(got, _trained(torchs), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_apex_fused_sgd_updates_as_torch_does_and_refusals_are_kept() -> None:
+    from npu_migrate.verify.stand_ins.optimizers import FusedAdam, FusedLAMB, FusedSGD
+
+    got = _trained(lambda p: FusedSGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True))
+    expected = _trained(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    after = _trained(lambda p: FusedSGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, wd_after_momentum=True))
+    assert not all(torch.equal(a, b) for a, b in zip(after, expected, strict=True))
+    with pytest.raises(RuntimeError, match="does not support the AMSGrad variant"):
+        FusedAdam([torch.nn.Parameter(torch.ones(1))], amsgrad=True)
+    with pytest.raises(NotImplementedError, match="no FusedLAMB"):
+        FusedLAMB([torch.nn.Parameter(torch.ones(1))])
+
+
+def test_apex_norms_compute_in_float32_and_keep_the_documented_dtypes() -> None:
+    from npu_migrate.verify.stand_ins import norms
+
+    torch.manual_seed(7)
+    x = torch.randn(3, 5, 16, dtype=torch.bfloat16)
+    layer = norms.FusedLayerNorm(16)
+    torch.nn.init.normal_(layer.weight)
+    expected = torch.nn.functional.layer_norm(x.float(), (16,), layer.weight, layer.bias).to(torch.bfloat16)
+    assert torch.equal(layer(x), expected)
+    rms = norms.FusedRMSNorm(16, eps=1e-6)
+    torch.nn.init.normal_(rms.weight)
+    expected = torch.nn.functional.rms_norm(x.float(), (16,), rms.weight, eps=1e-6)
+    assert torch.allclose(rms(x).float(), expected, rtol=8e-3, atol=1e-3) and rms(x).dtype == torch.bfloat16
+    mixed = norms.MixedFusedRMSNorm(16)
+    assert mixed(x).dtype == torch.float32  # the weight's dtype
+    with pytest.raises(RuntimeError, match="does not support `elementwise_affine = False`"):
+        norms.MixedFusedRMSNorm(16, elementwise_affine=False)

@@ -58,8 +58,8 @@ LIBRARIES = {
             "apex",
             "apex",
             "0.1",
-            "normalization (FusedLayerNorm, FusedRMSNorm, MixedFused*), optimizers (FusedAdam, "
-            "FusedSGD, FusedLAMB)",
+            "normalization (FusedLayerNorm, FusedRMSNorm, MixedFused*), optimizers (FusedAdam, FusedSGD; "
+            "not FusedLAMB)",
         ),
         Library(
             "transformer_engine",
