@@ -359,3 +359,58 @@ def test_apex_norms_compute_in_float32_and_keep_the_documented_dtypes() -> None:
     assert mixed(x).dtype == torch.float32  # the weight's dtype
     with pytest.raises(RuntimeError, match="does not support `elementwise_affine = False`"):
         norms.MixedFusedRMSNorm(16, elementwise_affine=False)
+
+
+def test_transformer_engine_modules_hold_its_parameter_names_and_semantics() -> None:
+    """The state_dict keys TE checkpoints hold (Megatron's TE spec loads them by name), RMSNorm
+    with a zero-centred gamma, a SwiGLU MLP gating the first half of fc1 with the second."""
+    from npu_migrate.verify.stand_ins import te
+
+    torch.manual_seed(8)
+    x = torch.randn(5, 2, 16)
+    linear = te.LayerNormLinear(16, 24, normalization="RMSNorm", zero_centered_gamma=True, return_bias=True)
+    assert list(linear.state_dict()) == ["layer_norm_weight", "weight", "bias"]
+    torch.nn.init.normal_(linear.layer_norm_weight, std=0.1)
+    torch.nn.init.normal_(linear.bias)
+    out, bias = linear(x)
+    normed = torch.nn.functional.rms_norm(x, (16,), linear.layer_norm_weight + 1, eps=1e-5)
+    assert torch.allclose(out, normed @ linear.weight.T, atol=1e-5) and bias is linear.bias
+    mlp = te.LayerNormMLP(16, 32, activation="swiglu")
+    assert list(mlp.state_dict()) == [
+        "layer_norm_weight", "layer_norm_bias", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias",
+    ]  # fmt: skip
+    assert mlp.fc1_weight.shape == (64, 16)
+    gate, up = torch.nn.functional.linear(
+        torch.nn.functional.layer_norm(x, (16,), mlp.layer_norm_weight, mlp.layer_norm_bias),
+        mlp.fc1_weight,
+        mlp.fc1_bias,
+    ).chunk(2, -1)
+    expected = torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, mlp.fc2_weight, mlp.fc2_bias)
+    assert torch.allclose(mlp(x), expected, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="one tensor-parallel rank"):
+        te.Linear(16, 16, tp_size=2)
+
+
+def test_transformer_engine_attention_formats_and_masks_match_sdpa() -> None:
+    """sbhd causal, bshd with a padding mask (True: masked out), thd packed: each as SDPA
+    computes it on [b, h, s, d] with the mask's complement."""
+    from npu_migrate.verify.stand_ins import te
+
+    torch.manual_seed(9)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))  # [b, h, s, d]
+    causal = te.DotProductAttention(4, 8, qkv_format="sbhd", attn_mask_type="causal")
+    got = causal(*(t.permute(2, 0, 1, 3) for t in (q, k, v)))
+    assert got.shape == (6, 2, 32)
+    assert torch.allclose(got, sdpa(q, k, v, is_causal=True).permute(2, 0, 1, 3).flatten(-2), atol=1e-6)
+    padded = torch.tensor([[False] * 6, [False] * 4 + [True] * 2]).view(2, 1, 1, 6)
+    padding = te.DotProductAttention(4, 8, qkv_format="bshd", attn_mask_type="padding")
+    got = padding(*(t.transpose(1, 2) for t in (q, k, v)), attention_mask=padded)
+    assert torch.allclose(got, sdpa(q, k, v, attn_mask=~padded).transpose(1, 2).flatten(-2), atol=1e-6)
+    cu = torch.tensor([0, 6, 12], dtype=torch.int32)
+    packed = te.DotProductAttention(4, 8, qkv_format="thd", attn_mask_type="padding_causal")
+    rows = [t.permute(0, 2, 1, 3).flatten(0, 1) for t in (q, k, v)]  # [b s, h, d]
+    got = packed(*rows, cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    assert torch.allclose(
+        got, sdpa(q, k, v, is_causal=True).transpose(1, 2).flatten(0, 1).flatten(-2), atol=1e-6
+    )

@@ -1,0 +1,5 @@
+"""transformer_engine.common (npu_migrate.verify.stand_ins.te)."""
+
+from . import recipe
+
+__all__ = ["recipe"]
