@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import by_model
-from tests.sources import INTERNVL, OPEN_SORA_PLAN, Snapshot, checkout
+from tests.sources import HUNYUAN_VIDEO, INTERNVL, OPEN_SORA_PLAN, WAN_2_1, Snapshot, checkout
 
 ENTRIES = Path(__file__).resolve().parent.parent / "tests" / "real_models" / "entries"
 
@@ -106,6 +106,60 @@ MODELS = [
 ]
 
 
+MODELS += [
+    Model(
+        "wan2.1-dit",
+        "Wan2.1's video DiT: FA3 else flash-attn 2 over packed lengths in bfloat16, q asserted on CUDA; "
+        "the original runs on npu-migrate's flash-attn stand-ins, its assert answered",
+        WAN_2_1,
+        "wan",
+        "wan_dit.py",
+        "diffusers==0.31.0",
+        (
+            Planted(
+                "the fused varlen attention scaled by d ** -0.45, not d ** -0.5",
+                "wan/modules/attention.py",
+                "scale=q.shape[-1] ** -0.5 if softmax_scale is None",
+                "scale=q.shape[-1] ** -0.45 if softmax_scale is None",
+                "blocks.0.self_attn",
+            ),
+            Planted(
+                "the padded video tokens read: the self-attention's lengths dropped",
+                "wan/modules/model.py",
+                "            k_lens=seq_lens,\n",
+                "            k_lens=None,\n",
+                "blocks.0.self_attn",
+            ),
+        ),
+    ),
+    Model(
+        "hunyuanvideo-dit",
+        "HunyuanVideo's dual/single-stream video DiT under bf16 autocast: flash-attn varlen over text "
+        "lengths built on 'cuda' (answered on the original side), a token refiner with a boolean mask",
+        HUNYUAN_VIDEO,
+        "hyvideo",
+        "hunyuan_video_dit.py",
+        "diffusers==0.31.0 loguru",
+        (
+            Planted(
+                "the fused varlen attention scaled by d ** -0.45, not d ** -0.5",
+                "hyvideo/modules/attenion.py",
+                "scale=q.shape[-1] ** -0.5 if softmax_scale is None",
+                "scale=q.shape[-1] ** -0.45 if softmax_scale is None",
+                "transformer.double_blocks.0",
+            ),
+            Planted(
+                "the token refiner's padding mask with its polarity inverted",
+                "hyvideo/modules/token_refiner.py",
+                "self_attn_mask = (self_attn_mask_1 & self_attn_mask_2).bool()",
+                "self_attn_mask = ~(self_attn_mask_1 & self_attn_mask_2).bool()",
+                "transformer.txt_in.individual_token_refiner",
+            ),
+        ),
+    ),
+]
+
+
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "npu_migrate", *map(str, args)], capture_output=True, text=True, check=False
@@ -147,6 +201,10 @@ def measure(model: Model) -> bool:
             f"{len(data['rows'])} module outputs, steps {steps}"
         )
         print(f"  changes: {changes}\n  fused operators run: {fused}")
+        stood_in = ", ".join(data["original"].get("stand_ins", [])) or "-"
+        print(f"  the original's CUDA libraries stood in: {stood_in}")
+        for answer in data["original"].get("answered", []):
+            print(f"  answered on the original side: {answer}")
         for problem in data["problems"]:
             print(f"  - {problem}")
         ok = data["passed"]

@@ -79,7 +79,7 @@ class SideReport:
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
     elementwise: list[str] = field(default_factory=list)  # leaf modules without parameters (GELU, SiLU)
     stand_ins: list[str] = field(default_factory=list)  # original: CUDA libraries it ran on stand-ins
-    answered: list[str] = field(default_factory=list)  # original: `file:line: assert` CUDA checks answered
+    answered: list[str] = field(default_factory=list)  # original: its CUDA asserts and devices answered
 
     @property
     def where(self) -> str:

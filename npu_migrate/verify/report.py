@@ -102,7 +102,7 @@ def reference_lines(result: Result) -> list[str]:
     if result.original.stand_ins:
         names = ", ".join(result.original.stand_ins)
         lines.append(f"the original ran on npu-migrate's plain-torch stand-ins for: {names}")
-    lines += [f"CUDA assert answered on the original side: {where}" for where in result.original.answered]
+    lines += [f"answered on the original side (no CUDA): {where}" for where in result.original.answered]
     return lines
 
 

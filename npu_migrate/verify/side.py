@@ -28,6 +28,8 @@ EXIT_USER_ERROR = 3  # the user's code failed; the message is on stderr
 EXIT_TOOL_ERROR = 4  # npu-migrate's own code failed (a bug of ours); the traceback is on stderr
 PACKAGE = Path(__file__).resolve().parent.parent
 EMULATION = PACKAGE / "emulation"
+STAND_INS = PACKAGE / "verify" / "stand_ins"
+ANSWERING = ("cuda_devices.py", "cuda_asserts.py")  # the stand-ins' wrappers around the user's own calls
 
 
 class EntryError(Exception):
@@ -91,8 +93,8 @@ def user_traceback(exc: BaseException, tree: Path) -> str:
 def failure(exc: BaseException, tree: Path) -> tuple[int, str]:
     """Exit code and message for an exception: whose code raised it decides. The innermost
     frame in npu-migrate or in the user's tree (torch's and Python's own are passed over) is in
-    the tool (a bug of ours: the whole traceback), in the NPU emulation (said so, with the
-    user's frames), or in the user's code (their frames)."""
+    the tool (a bug of ours: the whole traceback), in the NPU emulation or a CUDA library's
+    stand-in (said so, with the user's frames), or in the user's code (their frames)."""
     root = tree.resolve()
     if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve().is_relative_to(root):
         return EXIT_USER_ERROR, user_traceback(exc, tree)  # their file does not parse: no frame of theirs
@@ -107,6 +109,13 @@ def failure(exc: BaseException, tree: Path) -> tuple[int, str]:
             return EXIT_USER_ERROR, (
                 f"the NPU emulation stopped this call ({path.name}:{frame.lineno}): what it says a real "
                 f"NPU would reject, or an operation it does not emulate\n{user_traceback(exc, tree)}"
+            )
+        if path.is_relative_to(STAND_INS) and path.name in ANSWERING:
+            continue  # passes the call on: whoever it called raised
+        if path.is_relative_to(STAND_INS) and not isinstance(exc, (AttributeError, TypeError, NameError)):
+            return EXIT_USER_ERROR, (
+                f"a CUDA library's stand-in refused this call ({path.name}:{frame.lineno}), as the "
+                f"library itself would, or does not cover it\n{user_traceback(exc, tree)}"
             )
         if path.is_relative_to(PACKAGE):
             whole = "".join(traceback.format_exception(exc)).rstrip()
@@ -256,16 +265,23 @@ def run(request: SideRequest) -> SideReport:
 
 def _original(request: SideRequest) -> SideReport:
     """The reference run: where it has no CUDA, the CUDA-only libraries it imports are the
-    plain-torch stand-ins and its asserts that tensors are on CUDA are answered (both listed)."""
+    plain-torch stand-ins, and its asserts that tensors are on CUDA and the CUDA devices it
+    names are answered with the side's device (all listed in the report)."""
     from npu_migrate.verify import stand_ins
     from npu_migrate.verify.stand_ins.cuda_asserts import CudaAsserts
 
     on_cuda = request.device.startswith("cuda")
     libraries = stand_ins.install(request.stand_ins, real_first=on_cuda)
-    asserts = None if on_cuda else CudaAsserts(Path(request.tree)).install()
-    report = _run(request, contextlib.nullcontext, loader=asserts.loader if asserts else None)
+    if on_cuda:
+        report = _run(request, contextlib.nullcontext)
+    else:
+        from npu_migrate.verify.stand_ins.cuda_devices import CudaDevices
+
+        asserts = CudaAsserts(Path(request.tree)).install()
+        with CudaDevices(Path(request.tree), request.device) as devices:
+            report = _run(request, contextlib.nullcontext, loader=asserts.loader)
+        report.answered = asserts.answered + devices.described()
     report.stand_ins = stand_ins.described(libraries.imported)
-    report.answered = asserts.answered if asserts else []
     return report
 
 

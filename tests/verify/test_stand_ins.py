@@ -414,3 +414,26 @@ def test_transformer_engine_attention_formats_and_masks_match_sdpa() -> None:
     assert torch.allclose(
         got, sdpa(q, k, v, is_causal=True).transpose(1, 2).flatten(0, 1).flatten(-2), atol=1e-6
     )
+
+
+def test_autocast_does_not_reach_inside_the_attention_kernel(releases) -> None:
+    """Under CPU autocast the stand-in's float32 math stays float32, as a kernel's does: the same
+    output as outside it (HunyuanVideo runs its DiT under bf16 autocast)."""
+    torch.manual_seed(10)
+    q, k, v = (torch.randn(2, 16, 4, 32, dtype=torch.bfloat16) for _ in range(3))
+    outside = flash.flash_attn_func(q, k, v, causal=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = flash.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(inside, outside)
+
+
+def test_cuda_devices_named_by_the_tree_run_on_the_sides_device() -> None:
+    from npu_migrate.verify.stand_ins.cuda_devices import CudaDevices
+
+    with CudaDevices(Path(__file__).parent, "cpu") as devices:
+        lengths = torch.zeros(3, dtype=torch.int32, device="cuda")
+        moved = torch.ones(2).cuda().to(torch.device("cuda", 0))
+        kept = torch.ones(2).to("cpu")
+    assert lengths.device.type == moved.device.type == kept.device.type == "cpu"
+    site = "test_stand_ins.py:test_cuda_devices_named_by_the_tree_run_on_the_sides_device"
+    assert devices.described() == [f"{site}: 3 call(s) on cuda run on cpu"]

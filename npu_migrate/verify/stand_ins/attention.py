@@ -84,7 +84,22 @@ def attend(
     dropout_p: float = 0.0,
 ) -> Attended:
     """softmax(scale * q k^T [softcapped, masked by the window, plus the additive bias]) v.
-    A query that may read no key gets zeros (as the kernels write)."""
+    A query that may read no key gets zeros (as the kernels write). Autocast does not reach
+    inside a kernel: the float32 math stays float32 under it."""
+    with torch.autocast(q.device.type, enabled=False):
+        return _attend(q, k, v, scale, window, bias, softcap, dropout_p)
+
+
+def _attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float | None,
+    window: Window | None,
+    bias: Tensor | None,
+    softcap: float,
+    dropout_p: float,
+) -> Attended:
     heads, key_heads = q.shape[1], k.shape[1]
     if heads % key_heads:
         raise RuntimeError("Number of heads in key/value must divide number of heads in query")

@@ -1,0 +1,53 @@
+"""The original's CUDA device names, answered where it runs as the reference without CUDA: a
+torch call the tree makes with `device="cuda"` (HunyuanVideo's `get_cu_seqlens` builds its
+lengths with `torch.zeros(..., device="cuda")`), `.cuda()` or `.to("cuda")` gets the side's
+device instead, at run time (a torch function mode), counted by the call site in the tree."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+def _names_cuda(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.split(":")[0] == "cuda"
+    return isinstance(value, torch.device) and value.type == "cuda"
+
+
+class CudaDevices(TorchFunctionMode):
+    """Replaces CUDA devices in the arguments of torch calls made from the tree."""
+
+    def __init__(self, root: Path, device: str) -> None:
+        super().__init__()
+        self.root, self.device = root.resolve(), torch.device(device)
+        self.sites: Counter[str] = Counter()
+
+    def _answered(self) -> None:
+        from npu_migrate.verify.capture import caller_in
+
+        self.sites[caller_in(self.root, sys._getframe(1), past_torch=True) or "(outside the tree)"] += 1
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            self._answered()
+            return args[0].to(self.device)
+        if any(_names_cuda(a) for a in args) or any(_names_cuda(v) for v in kwargs.values()):
+            self._answered()
+            if func is torch.device:  # torch.device("cuda", 0)
+                return self.device
+            args = tuple(self.device if _names_cuda(a) else a for a in args)
+            kwargs = {k: self.device if _names_cuda(v) else v for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+    def described(self) -> list[str]:
+        """`path.py:function: N call(s)` for each call site whose CUDA device was answered."""
+        return [
+            f"{site}: {count} call(s) on cuda run on {self.device.type}" for site, count in self.sites.items()
+        ]
