@@ -144,8 +144,8 @@ MODELS += [
             Planted(
                 "the fused varlen attention scaled by d ** -0.45, not d ** -0.5",
                 "hyvideo/modules/attenion.py",
-                "scale=q.shape[-1] ** -0.5 if softmax_scale is None",
-                "scale=q.shape[-1] ** -0.45 if softmax_scale is None",
+                '"TND", scale=q.shape[-1] ** -0.5,',
+                '"TND", scale=q.shape[-1] ** -0.45,',
                 "transformer.double_blocks.0",
             ),
             Planted(

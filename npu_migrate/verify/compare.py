@@ -44,6 +44,17 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def evidence(self) -> tuple[str, list[Row]]:
+        """What a FAIL rests on, to be shown first: the blamed module's failing own-code rows
+        (its code run on the original's inputs), else the failing end-to-end rows; with a title."""
+        if self.passed:
+            return "", []
+        own = [row for row in self.own_rows if not row.passed and row.module == self.first_divergence]
+        if own:
+            return f"evidence: {self.first_divergence}'s own code, given the original's inputs", own
+        failing = [row for row in self.forward_rows() if not row.passed and row.key not in self.drifted]
+        return ("evidence: the module outputs that differ", failing) if failing else ("", [])
+
     def forward_rows(self) -> list[Row]:
         """The module outputs and the model's outputs, each tensor once: the model's outputs
         are also the top module's, where the model is called once."""

@@ -26,6 +26,7 @@ from npu_migrate.verify.report import (
     reference_lines,
     step_failures,
     tally,
+    tensor_name,
 )
 
 STYLE = """
@@ -218,6 +219,22 @@ def _tensors(comparison: Any) -> list[str]:
     return _section("tensors", "Every compared tensor", _table(header, rows, classes))
 
 
+def _evidence(comparison: Any) -> list[str]:
+    """What the FAIL rests on, before anything else (Comparison.evidence)."""
+    title, rows = comparison.evidence()
+    if not rows:
+        return []
+    header = ["tensor", "module", "dtype", "cosine", "max abs", "max rel", "within dtype tol", "verdict"]
+    table = [
+        [
+            tensor_name(row), row.module, row.dtype, row.cosine,
+            row.max_abs, row.max_rel, f"{row.within_dtype_tol:.1%}", f"fail {row.note}".strip(),
+        ]
+        for row in rows
+    ]  # fmt: skip
+    return _section("evidence", title[0].upper() + title[1:], _table(header, table, ["bad"] * len(table)))
+
+
 def write_html(path: Path, result: Result) -> None:
     """The report as one file: every image embedded, no script, readable offline."""
     comparison = result.comparison
@@ -230,6 +247,7 @@ def write_html(path: Path, result: Result) -> None:
         f"<style>{STYLE}</style></head><body>",
         f"<h1 id='verdict' class='{verdict}'>{html.escape(headline(comparison))}</h1>",
         *(_section("problems", "Problems and warnings", f"<ul>{listed}</ul>") if listed else []),
+        *_evidence(comparison),
         *_compared(result),
     ]
     if result.changes:

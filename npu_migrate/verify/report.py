@@ -106,6 +106,28 @@ def reference_lines(result: Result) -> list[str]:
     return lines
 
 
+def tensor_name(row: Row) -> str:
+    """A row's tensor in words: `blocks.0.attn`, or `input [0][0] handed to blocks.0.proj` (an
+    own-code row of what a module hands a callee)."""
+    if not row.handed:
+        return row.key
+    callee, bracket, position = row.key.partition("[")
+    return f"input {bracket}{position} handed to {callee}"
+
+
+def _rows_table(title: str, rows: list[Row]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("tensor", overflow="fold")
+    for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in rows:
+        verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {row.note}"
+        numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
+        dtype = f"{row.dtype}→{row.dtype_migrated}" if row.dtype_migrated else row.dtype
+        table.add_row(tensor_name(row), dtype, *numbers, verdict)
+    return table
+
+
 def print_result(console: Console, result: Result, worst: int = 8) -> None:
     comparison = result.comparison
     world = f", {len(result.ranks)} ranks each under torchrun" if result.ranks else ""
@@ -130,16 +152,13 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
         console.print(f"  [yellow]warning[/]: {warning}")
     if comparison.culprit:
         console.print(f"  - {comparison.culprit}", markup=False)
-    table = Table(title="worst module outputs", title_justify="left")
-    table.add_column("module output", overflow="fold")
-    for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for row in sorted(rows, key=lambda r: (r.passed, r.cosine, -r.max_rel))[:worst]:
-        verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {row.note}"
-        numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
-        dtype = f"{row.dtype}→{row.dtype_migrated}" if row.dtype_migrated else row.dtype
-        table.add_row(row.key, dtype, *numbers, verdict)
-    _print_table(console, table)
+    title, evidence = comparison.evidence()
+    if comparison.passed:  # the closest calls, for what a pass rests on
+        title, evidence = "worst module outputs", sorted(rows, key=lambda r: (r.cosine, -r.max_rel))[:worst]
+    if evidence:  # under a FAIL only what fails: a table of agreeing rows would read as the answer
+        _print_table(console, _rows_table(title, evidence[:worst]))
+        if len(evidence) > worst:
+            console.print(f"  and {len(evidence) - worst} more (--json, --html)")
     for side, names in (("original", comparison.only_original), ("migrated", comparison.only_migrated)):
         if names:
             console.print(f"modules only in the {side}: {', '.join(names)}")

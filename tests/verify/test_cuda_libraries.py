@@ -66,10 +66,24 @@ def _planted(migrated: Path, tmp_path: Path, file: str, old: str, new: str) -> P
 def test_a_bug_planted_in_the_migration_is_blamed_where_it_was_planted(
     migrated: Path, file: str, old: str, new: str, module: str, tmp_path: Path
 ) -> None:
+    """The FAIL shows its evidence first: the blamed module's failing own-code rows, in the
+    terminal and the HTML, and no table of agreeing rows under it."""
     planted = _planted(migrated, tmp_path, file, old, new)
-    code, data, output = verify(tmp_path, "--original", TREE, "--migrated", planted)
+    page = tmp_path / "report.html"
+    code, data, output = verify(tmp_path, "--original", TREE, "--migrated", planted, "--html", page)
     assert code == 1, output
     assert data["first_divergence"] == module, output
+    assert f"evidence: {module}'s own code, given the original's inputs" in output
+    assert "worst module outputs" not in output
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("evidence:"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("└"))
+    table = [line for line in lines[start:end] if line.startswith("│")]
+    assert table and all("fail" in line for line in table), output
+    failing = [r for r in data["own_rows"] if r["module"] == module and not r["passed"]]
+    assert failing and all(r["key"].split("[")[0] in output for r in failing)
+    html = page.read_text()
+    assert html.index("id='evidence'") < html.index("id='compared'")
 
 
 def test_the_stand_ins_are_chosen_on_the_command_line(migrated: Path, tmp_path: Path) -> None:

@@ -36,8 +36,9 @@ def build():
         num_heads=4,
         num_layers=2,
     )
-    for weight in model.parameters():  # the head and modulation start at zero: perturbed
-        torch.nn.init.normal_(weight, std=0.05)
+    with torch.no_grad():  # what starts at zero (the modulations, the head) perturbed; norms stay near 1
+        for weight in model.parameters():
+            weight.add_(torch.randn_like(weight), alpha=0.05)
     g = torch.Generator().manual_seed(1)
     latent = torch.randn(4, 3, 8, 8, generator=g)
     text = torch.randn(12, 32, generator=g)
