@@ -22,7 +22,10 @@ def judge_own_code(original: SideReport, migrated: SideReport, limits: Threshold
     for module, handed, key, tensor in migrated.replayed:
         ours = (inputs if handed else outputs).get(key)
         if ours is not None:
-            row = compare_tensors(key, module, ours, tensor, limits, same, shift_check=True)
+            within = original.computed_within.get(key)
+            row = compare_tensors(
+                key, module, ours, tensor, limits, same, shift_check=True, computed_in=within
+            )
             row.handed = handed
             rows.append(row)
     return rows

@@ -68,6 +68,7 @@ class ModuleCall:
     autocast: list[tuple[str, torch.dtype]] = dataclasses.field(
         default_factory=list
     )  # in force, by device type
+    coarsest: torch.dtype | None = None  # the least precise floating dtype an operator computed in, inside it
 
 
 def autocast_in_force() -> list[tuple[str, torch.dtype]]:
@@ -77,6 +78,35 @@ def autocast_in_force() -> list[tuple[str, torch.dtype]]:
     return [
         (kind, torch.get_autocast_dtype(kind)) for kind in sorted(kinds) if torch.is_autocast_enabled(kind)
     ]
+
+
+def coarser(a: torch.dtype | None, b: torch.dtype | None) -> torch.dtype | None:
+    """The less precise of two floating dtypes (None: no floating computation yet)."""
+    if a is None or b is None:
+        return a or b
+    return a if torch.finfo(a).eps >= torch.finfo(b).eps else b
+
+
+class ComputedIn(TorchDispatchMode):
+    """The least precise floating dtype the operators compute in, as the program runs (after
+    autocast has cast their inputs): overall so far, and inside each module call running. A
+    model that casts to bfloat16 around an operator (for flash-attn) and back leaves float32
+    rows carrying bfloat16's rounding; verify judges them by it."""
+
+    def __init__(self, running: list[ModuleCall]) -> None:
+        super().__init__()
+        self.running = running
+        self.coarsest: torch.dtype | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for _, tensor in flatten((args, kwargs)):
+            dtype = tensor.dtype
+            if dtype.is_floating_point and coarser(self.coarsest, dtype) is not self.coarsest:
+                self.coarsest = dtype
+            if dtype.is_floating_point:
+                for call in self.running:
+                    call.coarsest = coarser(call.coarsest, dtype)
+        return func(*args, **(kwargs or {}))
 
 
 class ModuleRecorder:
@@ -91,8 +121,14 @@ class ModuleRecorder:
         self.inputs: list[tuple[str, str, torch.Tensor]] = []  # (key, module, tensor): what calls got
         self.calls: list[ModuleCall] = []
         self.activation_bytes: dict[str, int] = {}
+        # where a row's computation ran in a less precise dtype than the row's own, that dtype:
+        # end to end so far (a module output), inside the module's own call (its replay's rows:
+        # what it returns, by its key; what it hands a callee, by the callee's input key)
+        self.computed_in: dict[str, str] = {}
+        self.computed_within: dict[str, str] = {}
         self._calls: dict[str, int] = {}
         self._running: list[ModuleCall] = []
+        self.precision = ComputedIn(self._running)  # entered around the recorded forward
         self._handles = []
         for name, module in modules:
             name = name or "(model)"
@@ -120,6 +156,9 @@ class ModuleRecorder:
             for path, tensor in flatten((args, kwargs)):
                 copy = tensor.detach().to("cpu", copy=True)
                 self.inputs.append((call.key + path, name, copy))
+                self._coarser(
+                    self.computed_within, call.key + path, copy, parent.coarsest if parent else None
+                )
                 if path.startswith("[0]"):
                     call.args.append(copy)
                 else:
@@ -136,11 +175,22 @@ class ModuleRecorder:
             for path, tensor in flatten(output):
                 copy = tensor.detach().to("cpu", copy=True)
                 self.rows.append((key + path, name, copy))
+                self._coarser(self.computed_in, key + path, copy, self.precision.coarsest)
+                self._coarser(self.computed_within, key + path, copy, call.coarsest)
                 call.outputs.append(copy)
                 self.activation_bytes[name] = self.activation_bytes.get(name, 0) + nbytes(tensor)
             self.calls.append(call)
 
         return record
+
+    @staticmethod
+    def _coarser(table: dict[str, str], key: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> None:
+        if (
+            tensor.is_floating_point()
+            and dtype is not None
+            and coarser(tensor.dtype, dtype) is not tensor.dtype
+        ):
+            table[key] = str(dtype).removeprefix("torch.")
 
     def close(self) -> None:
         for handle in self._handles:

@@ -65,16 +65,19 @@ class Comparison:
 def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds) -> Comparison:
     same = limits.rule == "tight" or (limits.rule == "auto" and original.backing == migrated.backing)
     coarsest = _coarsest(original, limits)
-    limits, computed_in = _computed_in(limits, original)
+    limits, forward_dtype = _computed_in(limits, original)
     theirs = {key: (module, tensor) for key, module, tensor in migrated.rows}
     ours = {key for key, _, _ in original.rows}
+    computed_in = original.computed_in
     rows = [
-        compare_tensors(key, module, tensor, theirs[key][1], limits, same)
+        compare_tensors(key, module, tensor, theirs[key][1], limits, same, computed_in=computed_in.get(key))
         for key, module, tensor in original.rows
         if key in theirs
     ]
-    output_rows = [
-        compare_tensors(f"output{path}", "(output)", a, b, limits, same)
+    output_rows = [  # the model's outputs are the top module's
+        compare_tensors(
+            f"output{path}", "(output)", a, b, limits, same, computed_in=computed_in.get(f"(model){path}")
+        )
         for (path, a), (_, b) in zip(original.output, migrated.output, strict=False)
     ]
     own_rows = judge_own_code(original, migrated, limits, same)
@@ -107,8 +110,9 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
     comparison.rule = (
         f"tight ({original.backing} vs {migrated.backing}): at least {limits.within_share:.1%} of "
         "each tensor's elements within the dtype's tolerance"
-        + (f" (at least {computed_in}'s, which the forward computes in)" if computed_in else "")
+        + (f" (at least {forward_dtype}'s, which the forward computes in)" if forward_dtype else "")
         + ", dtypes equal"
+        + _through_half(rows + output_rows + own_rows)
         if same
         else f"msprobe ({original.backing} vs {migrated.backing}): cosine and max-abs thresholds, "
         "dtypes equal"
@@ -151,7 +155,11 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
     comparison.memory = _memory(original, migrated)
     problems = list(migrated.state_mismatch)
     if first is not None:
-        problems.append(f"module outputs diverge first at {first}" + (f" ({between})" if between else ""))
+        if all(row.passed for row in rows + output_rows):  # only its own code, replayed, shows it
+            what = f"{first}'s own code differs, given the original's inputs, within the end-to-end tolerance"
+        else:
+            what = f"module outputs diverge first at {first}"
+        problems.append(what + (f" ({between})" if between else ""))
     comparison.drifted = [row.key for row in drift]
     if drift:
         comparison.warnings.append(
@@ -209,6 +217,21 @@ def _narrow_inputs(original: SideReport) -> list[tuple[str, float]]:
         if spread < NARROW_SPREAD:
             narrow.append((module, spread))
     return narrow
+
+
+def _through_half(rows: list[Row]) -> str:
+    """The rule's words for rows judged by the coarser dtype their computation ran in."""
+    through: dict[str, int] = {}
+    for row in rows:
+        if row.computed_in:
+            through[row.computed_in] = through.get(row.computed_in, 0) + 1
+    if not through:
+        return ""
+    counts = ", ".join(f"{count} through {dtype}" for dtype, count in through.items())
+    return (
+        f"; rows computed through a coarser dtype than their own (the model casts to it around an "
+        f"operator) are judged by that dtype's rounding ({counts})"
+    )
 
 
 def _coarsest(original: SideReport, limits: Thresholds) -> str:

@@ -78,6 +78,10 @@ class SideReport:
     dropout: dict[str, list[float]] = field(default_factory=dict)  # `file:qualname`: p asked for in steps
     versions: dict[str, str] = field(default_factory=dict)  # python, torch, torch_npu: what the side ran
     elementwise: list[str] = field(default_factory=list)  # leaf modules without parameters (GELU, SiLU)
+    # rows whose computation ran in a coarser dtype than their own (capture.ComputedIn): the dtype,
+    # end to end (by row key) and inside the module's own call (by own-code row key)
+    computed_in: dict[str, str] = field(default_factory=dict)
+    computed_within: dict[str, str] = field(default_factory=dict)
     stand_ins: list[str] = field(default_factory=list)  # original: CUDA libraries it ran on stand-ins
     answered: list[str] = field(default_factory=list)  # original: its CUDA asserts and devices answered
 

@@ -342,7 +342,7 @@ def _run(
         report.forward_ms = _timed(lambda: call(model, inputs))
         modules = ranks.named_modules(model) if distributed else list(model.named_modules())
         recorder = ModuleRecorder(modules)
-        with _memory(device) as memory, RandomDraws() as draws:
+        with _memory(device) as memory, RandomDraws() as draws, recorder.precision:
             output = call(model, inputs)
         recorder.close()
         if request.role == "original":  # with what each call got and returned, for the replay
@@ -361,6 +361,7 @@ def _run(
     report.random = sorted(draws.names)
     report.rows = recorder.rows
     report.inputs = recorder.inputs
+    report.computed_in, report.computed_within = recorder.computed_in, recorder.computed_within
     report.output = [(path, t.detach().to("cpu", copy=True)) for path, t in flatten(output)]
     if not report.output:
         raise EntryError(f"the model's output holds no tensor (it returned a {type(output).__name__})")

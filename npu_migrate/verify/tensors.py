@@ -59,6 +59,7 @@ class Row:
     uninformative: bool = False  # the original is constant (all zeros, say): agreement proves little
     handed: bool = False  # an own-code row (replay.py) of what `module` hands a callee, not returns
     shift: float = 0.0  # own-code rows: the mean relative shift where it is systematic (_shift)
+    computed_in: str = ""  # the coarser dtype its computation ran in, whose rounding it was judged by
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
@@ -90,12 +91,15 @@ def compare_tensors(
     same_backing: bool = False,
     scale_floor: float = 0.0,
     shift_check: bool = False,
+    computed_in: str | None = None,
 ) -> Row:
     """Metrics of the migrated tensor `b` against the original `a`, and the verdict of the rule
     that fits the comparison (Thresholds). Errors are relative to |a| plus a's rms, or plus
     `scale_floor` where that is larger: the scale of the tensors a gradient is computed among,
     so a gradient that is rounding noise (zero in exact arithmetic) is judged as noise. With
-    `shift_check`, a systematic shift of the values (see `_shift`) fails too."""
+    `shift_check`, a systematic shift of the values (see `_shift`) fails too. `computed_in`: a
+    coarser dtype the computation ran in (a float32 row made through a bfloat16 operator), whose
+    rounding the row is then judged by."""
     dtype = dtype_name(a)
     if a.shape != b.shape:
         return Row(key, module, dtype, list(a.shape), 0.0, math.inf, math.inf, math.inf, 0, 0, 0, False,
@@ -115,6 +119,8 @@ def compare_tensors(
     scale = (x.abs().pow(2).mean().sqrt() if x.numel() else diff.new_zeros(())).clamp_min(scale_floor)
     relative = diff / (x.abs() + scale).clamp_min(torch.finfo(torch.float64).tiny)
     rtol = limits.dtype_rtol.get(dtype, DTYPE_RTOL["float32"])
+    coarser = limits.dtype_rtol.get(computed_in or "", 0.0)
+    rtol, computed_in = (coarser, computed_in) if coarser > rtol else (rtol, "")
     specials_agree = int(matched.sum())
 
     def share_of(within: torch.Tensor) -> float:  # of no elements (all left out as noise): all agree
@@ -143,6 +149,7 @@ def compare_tensors(
         note="; ".join(notes),
         dtype_migrated=other_dtype,
         uninformative=uninformative,
+        computed_in=computed_in or "",
     )
     if same_backing:
         failed = row.within_dtype_tol < limits.within_share
