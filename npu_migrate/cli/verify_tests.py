@@ -86,7 +86,10 @@ def _bisect(
 
 
 def print_comparison(comparison: SuiteComparison) -> None:
+    from npu_migrate.verify.tests import reach_line
+
     out = common.out
+    out.print(f"reach: {reach_line(comparison.migrated)}", highlight=False)
     if comparison.regressions:
         count = len(comparison.regressions)
         out.print(f"FAIL: {count} test(s) passed on the original and fail on the migrated copy:")

@@ -35,6 +35,7 @@ def tag(value: Any, device: int, keep: frozenset[int] = frozenset()) -> None:
     for tensor in _tensors(value):
         if id(tensor) not in keep:
             setattr(tensor, TAG, device)
+            state.placed += 1
 
 
 def where_it_came_from(made: torch.Tensor, source: Any) -> None:

@@ -1,12 +1,15 @@
 """A pytest plugin that `verify --tests` loads into each side's test run (`-p`): it writes one
 JSON line per test as the test ends (so a run stopped at its time limit still tells what it
-finished), and with NPU_MIGRATE_ONLY runs only the tests named there (the bisection reruns the
-tests that broke). Needs nothing but pytest."""
+finished), and one saying whether the test put a tensor on the NPU (its reach: a suite that
+builds everything on the CPU passes without testing the migration), and with NPU_MIGRATE_ONLY
+runs only the tests named there (the bisection reruns the tests that broke). Needs nothing but
+pytest."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 OUTCOMES = "NPU_MIGRATE_OUTCOMES"  # the JSON-lines file to append to
@@ -21,6 +24,37 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     kept = [item for item in items if item.nodeid in wanted]
     config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in wanted])
     items[:] = kept
+
+
+_placed_before: dict[str, int] = {}
+
+
+def _placed() -> int | None:
+    """How many tensors went onto the NPU so far: the emulation counts them; a real NPU's
+    allocator says whether any was allocated since the test started. None: no NPU in use."""
+    emulated = sys.modules.get("npu_migrate.emulation.state")
+    if emulated is not None and emulated.installed:
+        return int(emulated.placed)
+    if "torch_npu" in sys.modules:
+        return int(sys.modules["torch_npu"].npu.max_memory_allocated())
+    return None
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    if "torch_npu" in sys.modules and "npu_migrate.emulation.state" not in sys.modules:
+        sys.modules["torch_npu"].npu.reset_peak_memory_stats()
+    _placed_before[nodeid] = _placed() or 0
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    """Whether the test (its fixtures included) put a tensor on the NPU."""
+    path = os.environ.get(OUTCOMES)
+    if not path:
+        return
+    placed = _placed()
+    reached = placed is not None and placed > _placed_before.pop(nodeid, 0)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"test": nodeid, "npu": reached}) + "\n")
 
 
 def pytest_runtest_logreport(report: Any) -> None:

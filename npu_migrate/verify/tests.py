@@ -58,6 +58,12 @@ class SuiteRun:
     exit_code: int = 0
     stopped: bool = False  # it ran past its time limit
     output: str = ""  # the last lines pytest printed
+    on_npu: list[str] = field(default_factory=list)  # the tests that put a tensor on the NPU
+
+    def reach(self) -> tuple[int, int]:
+        """(tests that put a tensor on the NPU, tests that ran: not skipped)."""
+        ran = [test for test, status in self.status.items() if status != "skipped"]
+        return sum(test in set(self.on_npu) for test in ran), len(ran)
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -112,7 +118,9 @@ def run_tests(
     run.seconds = time.monotonic() - started
     run.exit_code = process.returncode
     run.output = "\n".join(output.splitlines()[-40:])
-    for record in _records(outcomes):
+    records = _records(outcomes)
+    run.on_npu = sorted({r["test"] for r in records if r.get("npu")})
+    for record in (r for r in records if "status" in r):
         test, status, current = record["test"], record["status"], run.status.get(record["test"])
         if current is None or _RANK[status] > _RANK[current]:
             run.status[test] = status
@@ -174,7 +182,11 @@ class SuiteComparison:
             "command": self.command,
             "passed": self.passed,
             "original": {**asdict(self.original), "counts": self.original.counts()},
-            "migrated": {**asdict(self.migrated), "counts": self.migrated.counts()},
+            "migrated": {
+                **asdict(self.migrated),
+                "counts": self.migrated.counts(),
+                "reach": self.migrated.reach(),
+            },
             "regressions": [asdict(r) for r in self.regressions],
             "fixed": self.fixed,
             "not_run": self.not_run,
@@ -203,6 +215,15 @@ def compare(command: str, original: SuiteRun, migrated: SuiteRun) -> SuiteCompar
     return SuiteComparison(command, original, migrated, regressions, fixed, not_run, skipped, newly_failing)
 
 
+def reach_line(run: SuiteRun) -> str:
+    """How many of the migrated copy's tests reached the NPU, in words."""
+    reached, ran = run.reach()
+    line = f"{reached} of the {ran} test(s) that ran on the migrated copy put a tensor on the NPU"
+    if ran and reached < ran:
+        line += "; the others ran on the CPU only and test nothing of the migration's device code"
+    return line
+
+
 def html_report(comparison: SuiteComparison) -> str:
     """A self-contained page: both sides' counts, then each regression and what breaks it."""
     from html import escape
@@ -220,7 +241,8 @@ def html_report(comparison: SuiteComparison) -> str:
         "vertical-align:top}table{border-collapse:collapse}pre{margin:0}</style>"
         f"<h1>{verdict}: <code>{escape(comparison.command)}</code></h1>"
         f"<p>original: {escape(comparison.original.describe())}<br>"
-        f"migrated: {escape(comparison.migrated.describe())}</p>"
+        f"migrated: {escape(comparison.migrated.describe())}<br>"
+        f"{escape(reach_line(comparison.migrated))}</p>"
         f"<h2>{len(comparison.regressions)} regression(s)</h2>"
         "<table><tr><th>test</th><th>original</th><th>migrated</th><th>failure</th><th>the change that "
         f"breaks it</th></tr>{rows}</table>"

@@ -151,3 +151,33 @@ def test_the_model_zoo_fixture_keeps_its_tests_passing() -> None:
     assert (
         "PASS: none of the 4 test(s) that passed on the original fails on the migrated copy" in result.stdout
     )
+
+
+REACHING = {
+    "model.py": (
+        "import torch\n\nDEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n\n\n"
+        "def ones(n, device=DEVICE):\n    return torch.ones(n, device=device)\n"
+    ),
+    "tests/test_model.py": (
+        "from model import DEVICE, ones\n\n\n"
+        "def test_on_the_accelerator_when_there_is_one():\n    assert ones(3).sum() == 3\n\n\n"
+        "def test_on_the_cpu():\n    assert ones(3, 'cpu').sum() == 3\n\n\n"
+        "def test_no_tensor():\n    assert DEVICE.type in ('cpu', 'cuda', 'npu')\n"
+    ),
+}
+
+
+def test_the_share_of_tests_that_reach_the_npu_is_measured(tmp_path: Path) -> None:
+    """A suite that passes on the CPU alone proves nothing of the migration: each test says
+    whether it put a tensor on the NPU, and the verdict counts them."""
+    root = tmp_path / "reaching"
+    for name, text in REACHING.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    report = tmp_path / "r.json"
+    result = run_cli("verify", str(root), "--tests", "pytest -q tests", "--json", str(report), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reach: 1 of the 3 test(s) that ran on the migrated copy put a tensor on the NPU" in result.stdout
+    data = json.loads(report.read_text())
+    assert data["migrated"]["on_npu"] == ["tests/test_model.py::test_on_the_accelerator_when_there_is_one"]
+    assert data["migrated"]["reach"] == [1, 3] and data["original"]["on_npu"] == []
