@@ -90,6 +90,13 @@ def print_comparison(comparison: SuiteComparison) -> None:
 
     out = common.out
     out.print(f"reach: {reach_line(comparison.migrated)}", highlight=False)
+    for reason, count in comparison.migrated.skip_reasons()[:5]:
+        cuda = any(word in reason.lower() for word in ("cuda", "gpu"))
+        gate = "; it asks for CUDA GPUs, which an NPU host never has (the scan's NPU854 names such gates)"
+        out.print(
+            f"  skipped on the migrated copy: {count} test(s): {reason}{gate if cuda else ''}",
+            highlight=False,
+        )
     if comparison.regressions:
         count = len(comparison.regressions)
         out.print(f"FAIL: {count} test(s) passed on the original and fail on the migrated copy:")

@@ -143,7 +143,12 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
             f"{len(constant)} compared tensor(s) are constant in the original (such as {constant[0]}): "
             "their agreement proves little; perturb the weights the entry builds (README)"
         )
-    training = replace(limits, dtype_rtol={d: BACKWARD_FACTOR * r for d, r in limits.dtype_rtol.items()})
+    # the backward runs through whatever the forward computed in: its gradients carry that rounding
+    through = max(original.computed_in.values(), key=lambda d: limits.dtype_rtol.get(d, 0.0), default="")
+    floor = limits.dtype_rtol.get(through, 0.0)
+    training = replace(
+        limits, dtype_rtol={d: BACKWARD_FACTOR * max(r, floor) for d, r in limits.dtype_rtol.items()}
+    )
     comparison.steps = compare_steps(original, migrated, training, same)
     noise = max((step["noise_elements"] for step in comparison.steps), default=0)
     if noise:

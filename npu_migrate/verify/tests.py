@@ -60,6 +60,15 @@ class SuiteRun:
     output: str = ""  # the last lines pytest printed
     on_npu: list[str] = field(default_factory=list)  # the tests that put a tensor on the NPU
 
+    def skip_reasons(self) -> list[tuple[str, int]]:
+        """Why tests were skipped, the commonest reason first, with how many it skipped."""
+        reasons: dict[str, int] = {}
+        for test, status in self.status.items():
+            if status == "skipped":
+                reason = self.messages.get(test, "") or "(no reason given)"
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return sorted(reasons.items(), key=lambda item: -item[1])
+
     def reach(self) -> tuple[int, int]:
         """(tests that put a tensor on the NPU, tests that ran: not skipped)."""
         ran = [test for test, status in self.status.items() if status != "skipped"]
