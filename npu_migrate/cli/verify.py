@@ -118,6 +118,15 @@ def verify(
             "wrapped as the trainer wraps it (DDP, FSDP, fully_shard) with this rank's inputs.",
         ),
     ] = None,
+    tests_device: Annotated[
+        str | None,
+        typer.Option(
+            help="With --tests: torch's default device for the migrated copy's tests (`npu`), so a "
+            "suite that builds its models on the default device (the CPU) runs them on the NPU; the "
+            "original's run as they are. Set the suite's own device switch (an environment variable, "
+            "a pytest option) in the --tests command too.",
+        ),
+    ] = None,
     stand_in: Annotated[
         list[str] | None,
         typer.Option(
@@ -147,7 +156,9 @@ def verify(
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
     if tests is not None:
-        _verify_tests(tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path)
+        _verify_tests(
+            tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path, tests_device
+        )
     if not entry:
         common.fail("--entry FILE:FUNC is required")
     if (tree is None) == (original is None or migrated is None):
@@ -248,6 +259,7 @@ def _verify_tests(
     bisect: bool,
     json_path: Path | None,
     html_path: Path | None,
+    device: str | None,
 ) -> None:
     """verify TREE --tests: the comparison, its reports and its exit code."""
     import json
@@ -260,7 +272,7 @@ def _verify_tests(
     with contextlib.ExitStack() as stack:
         copy = _migrated_copy(tree, unsafe, rules, stack)
         common.err.print(f"verify: {copy.summary()}", highlight=False, soft_wrap=True)
-        comparison = verify_tests(copy, command, emulate, timeout, bisect)
+        comparison = verify_tests(copy, command, emulate, timeout, bisect, device)
     print_comparison(comparison)
     if json_path is not None:
         json_path.write_text(json.dumps(comparison.as_dict(), indent=2) + "\n", encoding="utf-8")

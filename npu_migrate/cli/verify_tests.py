@@ -19,9 +19,10 @@ BISECTED = 5  # regressions the bisection looks at; each costs a test run per ru
 
 
 def verify_tests(
-    copy: _Copy, command: str, emulate: bool | None, timeout: float, bisect: bool
+    copy: _Copy, command: str, emulate: bool | None, timeout: float, bisect: bool, device: str | None = None
 ) -> SuiteComparison:
-    """Both sides' tests, compared; the regressions' culprits where `bisect`."""
+    """Both sides' tests, compared (the migrated copy's with `device` as torch's default, where
+    given); the regressions' culprits where `bisect`."""
     from npu_migrate.emulation.runner import real_torch_npu_imports
     from npu_migrate.verify.tests import NotPytest, compare, pytest_arguments
 
@@ -43,18 +44,24 @@ def verify_tests(
         if not original.status:
             common.fail(f"no test ran on the original ({command}); pytest said:\n{original.output}")
         migrated = _side(f"the migrated copy ({where})", copy.folder, arguments, emulated, timeout,
-                         work / "migrated.jsonl")  # fmt: skip
+                         work / "migrated.jsonl", device)  # fmt: skip
         common.err.print(
             f"verify: tests on the migrated copy ({where}): {migrated.describe()}", highlight=False
         )
         comparison = compare(command, original, migrated)
         if bisect and comparison.regressions:
-            _bisect(copy, comparison, arguments, emulated, timeout, work)
+            _bisect(copy, comparison, arguments, emulated, timeout, work, device)
     return comparison
 
 
 def _side(
-    name: str, folder: Path, arguments: list[str], emulate: bool, timeout: float, out: Path
+    name: str,
+    folder: Path,
+    arguments: list[str],
+    emulate: bool,
+    timeout: float,
+    out: Path,
+    device: str | None = None,
 ) -> SuiteRun:
     from npu_migrate.verify.tests import run_tests
 
@@ -63,11 +70,17 @@ def _side(
         def progress(done: int) -> None:
             status.update(f"tests on {name}: {done} done")
 
-        return run_tests(folder, arguments, emulate, timeout, out, progress=progress)
+        return run_tests(folder, arguments, emulate, timeout, out, progress=progress, default_device=device)
 
 
 def _bisect(
-    copy: _Copy, comparison: SuiteComparison, arguments: list[str], emulate: bool, timeout: float, work: Path
+    copy: _Copy,
+    comparison: SuiteComparison,
+    arguments: list[str],
+    emulate: bool,
+    timeout: float,
+    work: Path,
+    device: str | None,
 ) -> None:
     """For each regression (the first few), the rule and file whose changes break it."""
     from npu_migrate.verify.bisect import find_culprit
@@ -76,7 +89,9 @@ def _bisect(
     for regression in comparison.regressions[:BISECTED]:
 
         def passes(folder: Path, test: str = regression.test) -> bool:
-            run = run_tests(folder, arguments, emulate, timeout, work / "bisect.jsonl", only=[test])
+            run = run_tests(
+                folder, arguments, emulate, timeout, work / "bisect.jsonl", only=[test], default_device=device
+            )
             return run.status.get(test) in PASSED
 
         with common.err.status(f"finding the change that breaks {regression.test}"):
@@ -127,6 +142,13 @@ def print_comparison(comparison: SuiteComparison) -> None:
         )
         for change in comparison.newly_failing[:10]:
             out.print(f"  {change.test}: {change.after}: {change.message}")
+    if comparison.newly_run:
+        outcomes: dict[str, int] = {}
+        for change in comparison.newly_run:
+            outcomes[change.after] = outcomes.get(change.after, 0) + 1
+        tally = ", ".join(f"{count} {status}" for status, count in outcomes.items())
+        count = len(comparison.newly_run)
+        out.print(f"note: {count} test(s) skipped on the original run on the migrated copy: {tally}")
     if comparison.fixed:
         out.print(
             f"note: {len(comparison.fixed)} test(s) failed on the original and pass on the migrated copy"

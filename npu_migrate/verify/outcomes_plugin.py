@@ -2,8 +2,9 @@
 JSON line per test as the test ends (so a run stopped at its time limit still tells what it
 finished), and one saying whether the test put a tensor on the NPU (its reach: a suite that
 builds everything on the CPU passes without testing the migration), and with NPU_MIGRATE_ONLY
-runs only the tests named there (the bisection reruns the tests that broke). Needs nothing but
-pytest."""
+runs only the tests named there (the bisection reruns the tests that broke), and with
+NPU_MIGRATE_DEFAULT_DEVICE makes that torch's default device. Needs nothing but pytest (and torch
+for the last)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ from typing import Any
 
 OUTCOMES = "NPU_MIGRATE_OUTCOMES"  # the JSON-lines file to append to
 ONLY = "NPU_MIGRATE_ONLY"  # node ids, one per line: run these only
+DEFAULT_DEVICE = "NPU_MIGRATE_DEFAULT_DEVICE"  # torch's default device for the run (`--tests-device`)
+
+
+def pytest_configure(config: Any) -> None:
+    """Tensors made without a device go to DEFAULT_DEVICE: a suite written for the CPU default
+    then runs the migrated code on the NPU."""
+    device = os.environ.get(DEFAULT_DEVICE)
+    if device:
+        import torch
+
+        if device.split(":")[0] == "npu":
+            import torch_npu  # noqa: F401  (the NPU's device type)
+        torch.set_default_device(device)
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from npu_migrate.verify.outcomes_plugin import ONLY, OUTCOMES
+from npu_migrate.verify.outcomes_plugin import DEFAULT_DEVICE, ONLY, OUTCOMES
 from npu_migrate.verify.processes import stop
 
 # The worst outcome of a test's phases wins: a teardown error after a passed call is an error.
@@ -94,9 +94,11 @@ def run_tests(
     outcomes: Path,
     only: Sequence[str] = (),
     progress: Callable[[int], None] = lambda done: None,
+    default_device: str | None = None,
 ) -> SuiteRun:
     """Run pytest with `arguments` in `folder` (with the NPU emulation first on the path when
-    `emulate`), reporting how many tests are done while it runs."""
+    `emulate`, torch's default device `default_device` where given), reporting how many tests
+    are done while it runs."""
     outcomes.unlink(missing_ok=True)
     env = {**os.environ, OUTCOMES: str(outcomes), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_ADDOPTS", None)
@@ -108,6 +110,8 @@ def run_tests(
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     if only:
         env[ONLY] = "\n".join(only)
+    if default_device:
+        env[DEFAULT_DEVICE] = default_device
     command = [sys.executable, "-m", "pytest", "-p", "npu_migrate.verify.outcomes_plugin",
                "-p", "no:cacheprovider", *arguments]  # fmt: skip
     started = time.monotonic()
@@ -180,6 +184,9 @@ class SuiteComparison:
     not_run: list[str]  # passed on the original, did not run on the migrated copy
     skipped: list[Regression]  # passed on the original, skipped on the migrated copy (its skip condition)
     newly_failing: list[Regression]  # skipped on the original (needs a device), fail on the migrated copy
+    newly_run: list[Regression] = field(
+        default_factory=list
+    )  # skipped on the original, ran on the migrated copy
     bisected: int = 0  # regressions the bisection looked at (the others are named without a culprit)
 
     @property
@@ -201,13 +208,14 @@ class SuiteComparison:
             "not_run": self.not_run,
             "skipped": [asdict(r) for r in self.skipped],
             "newly_failing": [asdict(r) for r in self.newly_failing],
+            "newly_run": [asdict(r) for r in self.newly_run],
             "bisected": self.bisected,
         }
 
 
 def compare(command: str, original: SuiteRun, migrated: SuiteRun) -> SuiteComparison:
     """Test by test: what passed before and does not after."""
-    regressions, fixed, not_run, skipped, newly_failing = [], [], [], [], []
+    regressions, fixed, not_run, skipped, newly_failing, newly_run = [], [], [], [], [], []
     for test, before in sorted(original.status.items()):
         after = migrated.status.get(test)
         change = Regression(test, before, after or "", migrated.messages.get(test, ""))
@@ -219,9 +227,13 @@ def compare(command: str, original: SuiteRun, migrated: SuiteRun) -> SuiteCompar
             regressions.append(change)
         elif before in ("failed", "error") and after in PASSED:
             fixed.append(test)
-        elif before == "skipped" and after in ("failed", "error"):
-            newly_failing.append(change)
-    return SuiteComparison(command, original, migrated, regressions, fixed, not_run, skipped, newly_failing)
+        elif before == "skipped" and after not in (None, "skipped"):
+            newly_run.append(change)
+            if after in ("failed", "error"):
+                newly_failing.append(change)
+    return SuiteComparison(
+        command, original, migrated, regressions, fixed, not_run, skipped, newly_failing, newly_run
+    )
 
 
 def reach_line(run: SuiteRun) -> str:

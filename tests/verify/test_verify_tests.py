@@ -159,25 +159,47 @@ REACHING = {
         "def ones(n, device=DEVICE):\n    return torch.ones(n, device=device)\n"
     ),
     "tests/test_model.py": (
-        "from model import DEVICE, ones\n\n\n"
+        "import pytest\nimport torch\nfrom model import DEVICE, ones\n\n\n"
         "def test_on_the_accelerator_when_there_is_one():\n    assert ones(3).sum() == 3\n\n\n"
         "def test_on_the_cpu():\n    assert ones(3, 'cpu').sum() == 3\n\n\n"
-        "def test_no_tensor():\n    assert DEVICE.type in ('cpu', 'cuda', 'npu')\n"
+        "def test_on_the_default_device():\n    assert torch.ones(3).sum() == 3\n\n\n"
+        "def test_no_tensor():\n    assert DEVICE.type in ('cpu', 'cuda', 'npu')\n\n\n"
+        "@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')\n"
+        "def test_gated():\n    assert ones(2).device.type != 'cpu'\n"
     ),
 }
 
 
-def test_the_share_of_tests_that_reach_the_npu_is_measured(tmp_path: Path) -> None:
-    """A suite that passes on the CPU alone proves nothing of the migration: each test says
-    whether it put a tensor on the NPU, and the verdict counts them."""
+def reaching(tmp_path: Path, *options: str) -> tuple[dict, str]:
     root = tmp_path / "reaching"
     for name, text in REACHING.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     report = tmp_path / "r.json"
-    result = run_cli("verify", str(root), "--tests", "pytest -q tests", "--json", str(report), cwd=tmp_path)
+    command = ["verify", str(root), "--tests", "pytest -q tests", "--json", str(report), *options]
+    result = run_cli(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "reach: 1 of the 3 test(s) that ran on the migrated copy put a tensor on the NPU" in result.stdout
-    data = json.loads(report.read_text())
-    assert data["migrated"]["on_npu"] == ["tests/test_model.py::test_on_the_accelerator_when_there_is_one"]
-    assert data["migrated"]["reach"] == [1, 3] and data["original"]["on_npu"] == []
+    return json.loads(report.read_text()), result.stdout
+
+
+def test_the_share_of_tests_that_reach_the_npu_is_measured(tmp_path: Path) -> None:
+    """A suite that passes on the CPU alone proves nothing of the migration: each test says
+    whether it put a tensor on the NPU, and the verdict counts them; a test the original skips
+    for want of CUDA and the migrated copy runs is listed with its outcome."""
+    data, output = reaching(tmp_path)
+    assert "reach: 2 of the 5 test(s) that ran on the migrated copy put a tensor on the NPU" in output
+    assert data["migrated"]["on_npu"] == [
+        "tests/test_model.py::test_gated", "tests/test_model.py::test_on_the_accelerator_when_there_is_one",
+    ]  # fmt: skip
+    assert data["migrated"]["reach"] == [2, 5] and data["original"]["on_npu"] == []
+    assert [(r["test"], r["after"]) for r in data["newly_run"]] == [
+        ("tests/test_model.py::test_gated", "passed")
+    ]
+    assert "note: 1 test(s) skipped on the original run on the migrated copy: 1 passed" in output
+
+
+def test_the_npu_as_default_device_raises_the_reach(tmp_path: Path) -> None:
+    data, output = reaching(tmp_path, "--tests-device", "npu")
+    assert "reach: 3 of the 5 test(s)" in output
+    assert "tests/test_model.py::test_on_the_default_device" in data["migrated"]["on_npu"]
+    assert "tests/test_model.py::test_on_the_cpu" not in data["migrated"]["on_npu"]
