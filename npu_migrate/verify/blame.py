@@ -3,6 +3,8 @@ inputs (replay.py) first, then what the end-to-end rows and the modules' inputs 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from npu_migrate.verify.protocol import SideReport
@@ -15,11 +17,19 @@ COARSE = ("bfloat16", "float16")
 def judge_own_code(original: SideReport, migrated: SideReport, limits: Thresholds, same: bool) -> list[Row]:
     """The migrated modules' own code against the original's, call by call in the order calls
     finish: what each returned given the original's inputs and its callees' original outputs,
-    and what it handed its callees."""
+    and what it handed its callees; a callee it calls more often than the original's code did
+    (a norm applied where another was) fails as such."""
     outputs = {key: tensor for key, _, tensor in original.rows}
     inputs = {key: tensor for key, _, tensor in original.inputs}
-    rows = []
+    called = {key.split("[", 1)[0] for key in inputs}  # the original's calls, `name` or `name#N`
+    named = {module for _, module, _ in original.inputs}
+    rows: list[Row] = []
     for module, handed, key, tensor in migrated.replayed:
+        call, callee = key.split("[", 1)[0], key.split("[", 1)[0].split("#", 1)[0]
+        if handed and call not in called and callee in named:  # norm1 applied twice, where once
+            if not any(row.key == f"{callee}{MORE_CALLS}" and row.module == module for row in rows):
+                rows.append(_extra_call(module, callee))
+            continue
         ours = (inputs if handed else outputs).get(key)
         if ours is not None:
             within = original.computed_within.get(key)
@@ -31,12 +41,26 @@ def judge_own_code(original: SideReport, migrated: SideReport, limits: Threshold
     return rows
 
 
+MORE_CALLS = "[more calls]"  # an own-code row's key suffix: the callee is called more often
+
+
+def _extra_call(module: str, callee: str) -> Row:
+    """A failing own-code row: the module's code calls `callee` more often than the original's."""
+    return Row(
+        key=f"{callee}{MORE_CALLS}", module=module, dtype="-", shape=[], cosine=0.0, max_abs=math.inf,
+        max_rel=math.inf, rmse=math.inf, within_1e3=0.0, within_5e3=0.0, within_dtype_tol=0.0,
+        passed=False, note=f"{module} calls {callee} more often than the original does", handed=True,
+    )  # fmt: skip
+
+
 def origin(own_rows: list[Row]) -> tuple[str | None, str]:
     """The first module whose own code differs, and how: it returns something else given the
     same inputs and callees' outputs, or it hands a callee a different input."""
     failing = next((row for row in own_rows if not row.passed), None)
     if failing is None:
         return None, ""
+    if failing.key.endswith(MORE_CALLS):
+        return failing.module, f"in its own code: {failing.note}"
     if failing.handed:
         return failing.module, f"in its own code: {failing.key.split('[', 1)[0]} is handed a different input"
     return failing.module, ""
@@ -50,12 +74,22 @@ def grown(rows: list[Row], own_rows: list[Row]) -> tuple[str, str] | None:
     failing = next((row for row in rows if not row.passed), None)
     if failing is None or failing.key not in {row.key for row in own_rows if not row.handed}:
         return None  # nothing fails, or the failing module's own code was not judged
-    origin = max(own_rows, key=lambda row: 1 - row.cosine)
-    if origin.cosine >= 1.0:
+    # a difference within the cosine's own rounding (1e-16) is no module's doing
+    telling = [row for row in own_rows if 1 - row.cosine > _cosine_floor(row.dtype)]
+    if not telling:
         return None
+    origin = max(telling, key=lambda row: 1 - row.cosine)
     return origin.module, (
         f"its own code differs most, within tolerance ({origin.key}: cosine {origin.cosine:.9f}), and the "
         f"difference grows past the tolerance by {failing.key}"
+    )
+
+
+def _cosine_floor(dtype: str) -> float:
+    """How far below 1 rounding alone takes the cosine of two equal tensors of `dtype`: eps^2."""
+    kind = getattr(torch, dtype, None)
+    return (
+        float(torch.finfo(kind).eps) ** 2 if isinstance(kind, torch.dtype) and kind.is_floating_point else 0.0
     )
 
 
@@ -103,6 +137,8 @@ def blame_by_inputs(
         module = module.rsplit(".", 1)[0]
         if agree.get(module, False):  # a container never called (a ModuleList) runs no code of its own
             return module, f"in its own code: {child} is handed a different input"
+        if module in agree:  # called and handed a different input too: the difference is above it
+            child = module
     top = "(model)"
     return (
         (top, f"in its own code: {child} is handed a different input")

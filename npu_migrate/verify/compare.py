@@ -198,7 +198,8 @@ def _training_problem(step: dict[str, Any], forward: str | None) -> str:
     if forward is not None:
         return f"{where}, after the forward's divergence at {forward}"
     first = (
-        (step["failed_grads"] and f"gradient of {step['failed_grads'][-1]} (the nearest the loss)")
+        (step["one_sided_grads"] and f"gradient of {step['one_sided_grads'][0]}")
+        or (step["failed_grads"] and f"gradient of {step['failed_grads'][-1]} (the nearest the loss)")
         or (step["failed_state"] and step["failed_state"][0])
         or (step["failed_updates"] and f"the step's update to {step['failed_updates'][0]}")
     )

@@ -79,10 +79,11 @@ def replay(
     replayed: list[Replayed] = []
     with torch.no_grad():
         for call in calls:
+            handed: list[Replayed] = []
             try:
-                replayed += _replay(call, inputs, outputs, named, callees[id(call)])
-            except Exception:  # any failure, the model's code's or a misfit, leaves the call unjudged
-                continue
+                replayed += _replay(call, inputs, outputs, named, callees[id(call)], handed)
+            except Exception:  # the model's code's failure or a misfit: what it returns goes unjudged,
+                replayed += handed  # what it handed its callees until then is still its own code's
     return replayed
 
 
@@ -92,9 +93,9 @@ def _replay(
     outputs: dict[str, torch.Tensor],
     named: dict[str, torch.nn.Module],
     callees: dict[str, list[str]],
+    handed: list[Replayed],
 ) -> list[Replayed]:
     args, kwargs = rebuild(call.given, lambda path, t: _original(inputs, call.key + path, t))
-    handed: list[Replayed] = []
     with _direct_callees(call, named, callees, outputs, handed), contextlib.ExitStack() as context:
         for kind, dtype in call.autocast:  # as the run had it: a Linear under its parent's autocast
             context.enter_context(torch.autocast(kind, dtype=dtype))

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from npu_migrate.verify.blame import MORE_CALLS
 from npu_migrate.verify.compare import Comparison
 from npu_migrate.verify.orchestrate import Result
 from npu_migrate.verify.tensors import Row
@@ -56,7 +58,9 @@ def _print_table(console: Console, table: Table) -> None:
 
 def step_failures(step: dict[str, Any]) -> list[str]:
     """What failed in a training step, in words: gradients, then state, then updates."""
-    failed = [f"gradient of {name}" for name in step["failed_grads"]] + step["failed_state"]
+    failed = [f"gradient of {name}" for name in step["failed_grads"]]
+    failed += [f"gradient of {name}" for name in step["one_sided_grads"]]
+    failed += step["failed_state"]
     return failed + [f"update to {name}" for name in step["failed_updates"]]
 
 
@@ -111,6 +115,8 @@ def tensor_name(row: Row) -> str:
     own-code row of what a module hands a callee)."""
     if not row.handed:
         return row.key
+    if row.key.endswith(MORE_CALLS):
+        return f"the calls of {row.key.removesuffix(MORE_CALLS)}"
     callee, bracket, position = row.key.partition("[")
     return f"input {bracket}{position} handed to {callee}"
 
@@ -121,10 +127,10 @@ def _rows_table(title: str, rows: list[Row]) -> Table:
     for column in ("dtype", "cosine", "max abs", "max rel", "≤1e-3", "verdict"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
-        verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {row.note}"
+        verdict = "[green]ok[/]" if row.passed else f"[red]fail[/] {escape(row.note)}"
         numbers = [f"{row.cosine:.6f}", _number(row.max_abs), _number(row.max_rel), f"{row.within_1e3:.1%}"]
         dtype = f"{row.dtype}→{row.dtype_migrated}" if row.dtype_migrated else row.dtype
-        table.add_row(tensor_name(row), dtype, *numbers, verdict)
+        table.add_row(escape(tensor_name(row)), dtype, *numbers, verdict)
     return table
 
 

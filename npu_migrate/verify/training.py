@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.verify.protocol import SideReport
+from npu_migrate.verify.protocol import SideReport, Step
 from npu_migrate.verify.tensors import DTYPE_RTOL, Row, Thresholds, compare_tensors, dtype_name
 
 # A step's gradients chain the forward's operations and their transposes: held to this many times
@@ -35,6 +35,7 @@ def compare_steps(
             for name, grad in a.grads.items()
             if name in b.grads
         ]
+        one_sided = _one_sided(a, b)
         for row in grad_rows:  # a gradient that differs is not noise: its elements are compared
             if row.passed and same:
                 _add_noise(noise, row.key, a.grads[row.key], b.grads[row.key], limits, floor)
@@ -58,16 +59,32 @@ def compare_steps(
                 "grad_norm_migrated": b.grad_norm,
                 "worst_grad": asdict(worst) if worst else None,
                 "failed_grads": [r.key for r in grad_rows if not r.passed],
+                "one_sided_grads": one_sided,
                 "failed_state": diverged,  # parameters, buffers, optimizer state: the first named first
                 "failed_updates": [r.key for r in update_rows if not r.passed],
                 "state_compared": len(state_rows),
                 "noise_elements": int(sum(int(mask.sum()) for mask in noise.values())),
                 "ms_original": a.ms,
                 "ms_migrated": b.ms,
-                "passed": loss_ok and all(r.passed for r in grad_rows + update_rows) and not diverged,
+                "passed": loss_ok
+                and all(r.passed for r in grad_rows + update_rows)
+                and not diverged
+                and not one_sided,
             }
         )
     return steps
+
+
+def _one_sided(a: Step, b: Step) -> list[str]:
+    """Parameters both models have whose gradient only one side computed (a tensor detached, or
+    a parameter left out of the graph, on one side): `name (only the original's)`."""
+    theirs = {name for name in b.state if name.startswith("parameter ")}
+    ours = {name for name in a.state if name.startswith("parameter ")}
+    only_a = [
+        f"{n} (only the original's)" for n in a.grads if n not in b.grads and f"parameter {n}" in theirs
+    ]
+    only_b = [f"{n} (only the migrated's)" for n in b.grads if n not in a.grads and f"parameter {n}" in ours]
+    return only_a + only_b
 
 
 def _compare_updates(

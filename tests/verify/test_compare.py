@@ -82,6 +82,24 @@ def test_a_gradient_that_is_rounding_noise_is_judged_against_the_models_gradient
     assert not off.passed and off.steps[0]["failed_grads"] == ["w"]
 
 
+def test_a_gradient_only_one_side_computes_fails_the_step() -> None:
+    """A DiT's modulation detached on the migrated side (its parameter kept, no gradient): a
+    gradient present on one side only is a failure, not a row left out."""
+    weight, shift = torch.randn(16), torch.randn(4)
+    state = {"parameter w": weight, "parameter shift": shift}
+
+    def steps(grads: dict[str, torch.Tensor]) -> list[Step]:
+        return [Step(1.0, 1.0, grads, state, 1.0)]
+
+    rows = [("x", torch.randn(8))]
+    both = {"w": weight * 0.1, "shift": shift * 0.1}
+    original = side(rows, steps(both))
+    result = compare_runs(original, side(rows, steps({"w": weight * 0.1})), Thresholds(rule="tight"))
+    assert not result.passed and result.steps[0]["one_sided_grads"] == ["shift (only the original's)"]
+    assert "training diverges at step 1, first at gradient of shift (only the original's)" in result.problems
+    assert compare_runs(original, side(rows, steps(both)), Thresholds(rule="tight")).passed
+
+
 def test_fused_operator_calls_are_counted_where_migrated_code_looks_them_up(tmp_path: Path) -> None:
     import types
 

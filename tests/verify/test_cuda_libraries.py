@@ -61,6 +61,9 @@ def _planted(migrated: Path, tmp_path: Path, file: str, old: str, new: str) -> P
         (  # the text's padding read: the lengths dropped from the cross-attention
             "dit/model.py", "k_lens=context_lens", "k_lens=None", "blocks.0.cross_attn",
         ),
+        (  # a norm applied where another was: the block calls norm1 twice and norm3 never
+            "dit/model.py", "self.cross_attn(self.norm3(x)", "self.cross_attn(self.norm1(x)", "blocks.0",
+        ),
     ],
 )  # fmt: skip
 def test_a_bug_planted_in_the_migration_is_blamed_where_it_was_planted(
