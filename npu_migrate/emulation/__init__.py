@@ -16,6 +16,7 @@ SITE = Path(__file__).parent / "site"
 CANN_HOME = Path(__file__).parent / "cann"  # no toolkit inside: see its README
 BACKING_VARIABLE = "NPU_MIGRATE_BACKING"  # cpu, cuda or cuda:N; default: cuda if present, else cpu
 NPUS_VARIABLE = "NPU_MIGRATE_NPUS"  # how many NPUs the emulated host has (`run --emulate --npus N`)
+TRITON_VARIABLE = "NPU_MIGRATE_TRITON_ASCEND"  # 1: the emulated host has triton-ascend (Inductor on the NPU)
 BIN = Path(__file__).parent / "bin"  # the emulated host's tools (npu-smi), first on a launcher's PATH
 
 _announced = False

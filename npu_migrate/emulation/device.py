@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import sys
-from collections.abc import Iterator
+import types
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from npu_migrate.emulation import allocations, amp, npu_module, settle, state, tensors
+from npu_migrate.emulation import TRITON_VARIABLE, allocations, amp, npu_module, settle, state, tensors
 
 _installed = False
 
@@ -197,16 +200,28 @@ def _pin_memory(original: Any) -> Any:
 
 
 def _compile(original: Any) -> Any:
-    """What torch.compile makes runs where the mode tracks no tensor (a traced graph): what it
-    returns is on the NPU its inputs are on, as an operator's result is (Megatron's `jit_fuser`
-    functions handed their host results to the NPU operators after them)."""
+    """torch.compile as torch_npu 2.13 has it on a stock Ascend install (no triton-ascend): its
+    default Inductor has no code generator for the NPU, so a compiled model called on NPU tensors
+    warns "triton-ascend is not installed" and fails in the backend compiler ("Device npu not
+    supported", torch_npu/_inductor/__init__.py `_load_triton_backend`), unless Dynamo is told to
+    suppress errors (then it runs eagerly); `options={"npu_backend": "mlir"}` needs torch_mlir.
+    Other backends (`eager`, `aot_eager`, torch_npu's `npu`) run, and Inductor does where the
+    emulated host has triton-ascend (NPU_MIGRATE_TRITON_ASCEND=1). What a compiled graph returns
+    is on the NPU its inputs are on, as an operator's result is."""
 
     @functools.wraps(original)
     def compile(model: Any = None, **options: Any) -> Any:
         if model is None:  # torch.compile(fullgraph=True) as a decorator
             return lambda model: compile(model, **options)
+        if (options.get("options") or {}).get("npu_backend") == "mlir":
+            raise ImportError("torch_mlir is not installed, install it first.")
         compiled = original(model, **options)
+        triton = os.environ.get(TRITON_VARIABLE) == "1"
+        inductor = options.get("backend", "inductor") == "inductor" and not triton
+        owner = model if isinstance(model, torch.nn.Module) else getattr(model, "__self__", None)
         if isinstance(compiled, torch.nn.Module):
+            if inductor:
+                compiled.register_forward_pre_hook(_refuse_inductor(owner), with_kwargs=True)
             compiled.register_forward_hook(
                 lambda module, args, kwargs, output: tensors.place(module, args, kwargs, output, None),
                 with_kwargs=True,
@@ -215,11 +230,47 @@ def _compile(original: Any) -> Any:
 
         @functools.wraps(model)
         def placed(*args: Any, **kwargs: Any) -> Any:
+            if inductor and _inductor_on_npu(owner, args, kwargs):
+                return model(*args, **kwargs)  # errors suppressed: eager, as Dynamo falls back
             return tensors.place(compiled, args, kwargs, compiled(*args, **kwargs), None)
 
         return placed
 
     return compile
+
+
+_warned_triton = False
+
+
+def _inductor_on_npu(owner: Any, args: Any, kwargs: Any) -> bool:
+    """Refuse Inductor on NPU tensors as torch_npu does without triton-ascend; True where Dynamo
+    suppresses the error (the caller runs the model eagerly), False where nothing is on the NPU."""
+    global _warned_triton
+    given = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if isinstance(owner, torch.nn.Module):
+        given += [*owner.parameters(), *owner.buffers()]
+    if not any(tensors.index(t) is not None for t in given):
+        return False
+    if not _warned_triton:
+        warnings.warn("triton-ascend is not installed. Please install it first.", stacklevel=3)
+        _warned_triton = True
+    if torch._dynamo.config.suppress_errors:
+        return True
+    inner = AssertionError("Device npu not supported")
+    raise torch._dynamo.exc.BackendCompilerFailed(_inductor_backend, inner, None)
+
+
+_inductor_backend = types.SimpleNamespace(__name__="inductor")  # as Dynamo names it: backend='inductor'
+
+
+def _refuse_inductor(owner: Any) -> Callable[[Any, Any, Any], None]:
+    """A compiled module's pre-hook: Inductor refused on NPU tensors (with errors suppressed the
+    module runs its compiled graph, computing what eager would)."""
+
+    def hook(module: Any, args: Any, kwargs: Any) -> None:
+        _inductor_on_npu(owner, args, kwargs)
+
+    return hook
 
 
 def _record_stream(original: Any) -> Any:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from npu_migrate.emulation import TRITON_VARIABLE
 from tests.fixture_cases import run_cli
 
 pytest.importorskip("torch")
@@ -147,10 +148,19 @@ print("training loop ok", round(float(loss), 3) >= 0)
 """
 
 
-def test_ordinary_training_loops_run_on_the_emulation(tmp_path: Path) -> None:
+def test_ordinary_training_loops_run_on_the_emulation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pinned memory, DataLoader pinning, NPU generators and torch.compile raised "Please register
-    PrivateUse1HooksInterface" or "not linked with support for npu devices"."""
+    PrivateUse1HooksInterface" or "not linked with support for npu devices". Inductor on NPU
+    tensors needs triton-ascend, as torch_npu 2.13 has it: without, the first call fails."""
     script = write(tmp_path, "loop.py", TRAINING_LOOP)
+    stock = run_cli("run", "--emulate", script, cwd=tmp_path)
+    assert stock.returncode == 1
+    assert "triton-ascend is not installed. Please install it first." in stock.stderr
+    assert "BackendCompilerFailed: backend='inductor' raised:" in stock.stderr
+    assert "AssertionError: Device npu not supported" in stock.stderr
+    monkeypatch.setenv(TRITON_VARIABLE, "1")
     result = run_cli("run", "--emulate", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "training loop ok True" in result.stdout
@@ -179,8 +189,12 @@ print(torch.allclose(eager, compiled, rtol=1e-5, atol=1e-6), counters["stats"]["
 """
 
 
-def test_torch_compile_traces_the_emulated_fused_ops_in_one_graph(tmp_path: Path) -> None:
-    """Inductor on the CPU compiles migrated code with its fused operators whole, and agrees with eager."""
+def test_torch_compile_traces_the_emulated_fused_ops_in_one_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inductor (on a host with triton-ascend) compiles migrated code with its fused operators
+    whole, and agrees with eager."""
+    monkeypatch.setenv(TRITON_VARIABLE, "1")
     printed = emulated(tmp_path, "compiled.py", COMPILED_FUSED_OPS)
     assert printed.split() == ["True", "1", "0"], printed
 
@@ -474,10 +488,13 @@ print(y.device, x.grad.device, layer(torch.ones(1, 3, device="npu")).device,
 """
 
 
-def test_what_torch_compile_makes_returns_tensors_on_the_npu_its_inputs_are_on(tmp_path: Path) -> None:
+def test_what_torch_compile_makes_returns_tensors_on_the_npu_its_inputs_are_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Megatron's `jit_fuser` (torch.compile) activation handed host tensors to the NPU operators
     after it: a compiled graph runs where the emulation tracks no tensor. Functions, modules and
     the decorator form now return on their inputs' device, as on the NPU."""
+    monkeypatch.setenv(TRITON_VARIABLE, "1")  # a host with triton-ascend: Inductor on the NPU
     script = write(tmp_path, "compiled.py", COMPILED_RESULTS)
     result = run_cli("run", "--emulate", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
