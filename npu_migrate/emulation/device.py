@@ -215,6 +215,8 @@ def _compile(original: Any) -> Any:
             return lambda model: compile(model, **options)
         if (options.get("options") or {}).get("npu_backend") == "mlir":
             raise ImportError("torch_mlir is not installed, install it first.")
+        if options.get("backend") in ("npu", "npugraph_ex"):  # torch_npu's TorchAir backends: eagerly here
+            options = {**options, "backend": "eager"}
         compiled = original(model, **options)
         triton = os.environ.get(TRITON_VARIABLE) == "1"
         inductor = options.get("backend", "inductor") == "inductor" and not triton

@@ -160,6 +160,13 @@ def test_ordinary_training_loops_run_on_the_emulation(
     assert "triton-ascend is not installed. Please install it first." in stock.stderr
     assert "BackendCompilerFailed: backend='inductor' raised:" in stock.stderr
     assert "AssertionError: Device npu not supported" in stock.stderr
+    torchair = write(
+        tmp_path,
+        "torchair.py",
+        TRAINING_LOOP.replace("torch.compile(", "torch.compile(backend='npu', model="),
+    )
+    result = run_cli("run", "--emulate", torchair, cwd=tmp_path)
+    assert result.returncode == 0 and "training loop ok True" in result.stdout, result.stderr
     monkeypatch.setenv(TRITON_VARIABLE, "1")
     result = run_cli("run", "--emulate", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
