@@ -311,6 +311,7 @@ def _page(browser, page: Path) -> dict:
           blamed: blamed && [...blamed.cells].map((c) => c.innerText),
           blamedWeight: blamed && getComputedStyle(blamed.cells[0]).fontWeight,
           header: [...document.querySelectorAll('#tensors th')].map((h) => h.innerText),
+          evidence: [...document.querySelectorAll('#evidence tbody tr')].map((r) => r.cells[1].innerText),
           external: document.querySelectorAll('script, link, iframe').length,
         };
         """
@@ -329,7 +330,9 @@ def test_the_html_report_shows_what_was_compared_in_a_browser(browser, tmp_path:
     assert "training diverges at step 1, after the forward's divergence at blocks.0.attn" in data["problems"]
     shown = _page(browser, page)
     assert shown["verdict"].startswith("FAIL: 21 of the forward's 25 compared tensors differ")
-    assert shown["sections"] == ["problems", "compared", "numerics", "training", "memory", "tensors"]
+    sections = ["problems", "evidence", "compared", "numerics", "training", "memory", "tensors"]
+    assert shown["sections"] == sections, "a FAIL's evidence comes first"
+    assert shown["evidence"] and set(shown["evidence"]) == {"blocks.0.attn"}, "the blamed module's own code"
     assert shown["images"] == [True, True, True], "the depth, step-difference and memory plots"
     compared = shown["compared"]
     assert (
