@@ -6,6 +6,10 @@ the migrated copy.
 
     python benchmarks/real_tests.py [--list] [--only NAME] [--bisect]
 
+Each project runs three ways: migrated by default, with --unsafe, and by default with the NPU as
+torch's default device for the migrated copy's tests (`--tests-device npu`); "on the NPU" is how
+many of the migrated copy's tests that ran put a tensor on the NPU (verify --tests' reach).
+
 Real sources are downloaded once, pinned by sha256, or exported from a git mirror at a pinned
 commit (tests/sources.py). Each project's test dependencies must be importable by the Python
 that runs this script; each project says what it needs beyond the dev extra, and projects that
@@ -30,10 +34,14 @@ from tests.sources import (
     DIFFUSERS_REPO,
     KORNIA,
     LIGHTNING,
+    LITGPT,
     MMENGINE,
+    NANOCHAT,
     OPEN_CLIP,
+    PEFT_REPO,
     TIMM,
     ULTRALYTICS,
+    X_TRANSFORMERS_REPO,
     Release,
     Snapshot,
     checkout,
@@ -127,6 +135,17 @@ PROJECTS = [
             "torchvision timm(--no-deps) transformers(--no-deps) tokenizers safetensors huggingface_hub "
             "regex ftfy sentencepiece braceexpand webdataset pandas",
             (("HF_HUB_OFFLINE", "1"),)),
+    Project("x-transformers", "a transformer library whose tests build their models on the default device",
+            X_TRANSFORMERS_REPO, "pytest -q -p no:cacheprovider tests/test_x_transformers.py"),
+    Project("litgpt-0.5.13", "LLM recipes on Lightning: half of its model tests gated on CUDA GPUs", LITGPT,
+            "pytest -q -p no:cacheprovider tests/test_model.py tests/test_rope.py tests/test_config.py"),
+    Project("nanochat", "a full-stack chat LLM: its attention fallback, engine and optimizer tests", NANOCHAT,
+            "pytest -q -p no:cacheprovider -o pythonpath=. tests/test_attention_fallback.py "
+            "tests/test_engine.py tests/test_optim.py", "kernels tiktoken rustbpe"),
+    Project("peft", "parameter-efficient fine-tuning on transformers models", PEFT_REPO,
+            "pytest -q -p no:cacheprovider -o pythonpath=src tests/test_custom_models.py "
+            "-k 'LoRA and not Conv'",
+            "transformers accelerate huggingface_hub safetensors", (("HF_HUB_OFFLINE", "1"),), 1800),
 ]  # fmt: skip
 
 
@@ -136,7 +155,7 @@ def source_tree(project: Project) -> Path:
     return checkout(project.source) if isinstance(project.source, Snapshot) else fetch(project.source)
 
 
-def verify(project: Project, unsafe: bool, bisect: bool) -> tuple[dict, float]:
+def verify(project: Project, unsafe: bool, bisect: bool, device: str = "") -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "r.json"
         command = [
@@ -153,6 +172,7 @@ def verify(project: Project, unsafe: bool, bisect: bool) -> tuple[dict, float]:
             str(report),
         ]
         command += ["--unsafe"] * unsafe + ([] if bisect else ["--no-bisect"])
+        command += ["--tests-device", device] if device else []
         started = time.monotonic()
         env = {**os.environ, **dict(project.env)}
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -173,14 +193,14 @@ def main() -> int:
         for project in PROJECTS:
             print(f"{project.name}: {project.kind}" + (f" (needs {project.needs})" if project.needs else ""))
         return 0
-    print(f"{'project':<22} {'apply':<9} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
-          f"{'newly run':>9} {'seconds':>8}")  # fmt: skip
+    print(f"{'project':<22} {'apply':<20} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
+          f"{'newly run':>9} {'on the NPU':>12} {'seconds':>8}")  # fmt: skip
     failed = False
     for project in PROJECTS:
         if args.only and project.name != args.only:
             continue
-        for unsafe in (False, True):
-            data, seconds = verify(project, unsafe, args.bisect)
+        for unsafe, device in ((False, ""), (True, ""), (False, "npu")):
+            data, seconds = verify(project, unsafe, args.bisect, device)
             before = sum(s in ("passed", "xfailed") for s in data["original"]["status"].values())
             after = data["migrated"]["status"]
             newly = sum(
@@ -188,9 +208,10 @@ def main() -> int:
             )
             regressions = len(data["regressions"]) + len(data["not_run"])
             failed |= regressions > 0
-            apply = "--unsafe" if unsafe else "default"
-            print(f"{project.name:<22} {apply:<9} {before:>13} {regressions:>11} {len(data['skipped']):>13} "
-                  f"{newly:>9} {seconds:>8.1f}")  # fmt: skip
+            apply = ("--unsafe" if unsafe else "default") + (f" --tests-device {device}" if device else "")
+            reached, ran = data["migrated"]["reach"]
+            print(f"{project.name:<22} {apply:<20} {before:>13} {regressions:>11} {len(data['skipped']):>13} "
+                  f"{newly:>9} {f'{reached} of {ran}':>12} {seconds:>8.1f}")  # fmt: skip
             for regression in data["regressions"]:
                 print(f"    {regression['test']}: {regression['after']}: {regression['message']}")
     return 1 if failed else 0

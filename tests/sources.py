@@ -178,6 +178,15 @@ XFORMERS = Release(  # xformers' attention biases and its pure-torch reference (
     "0b77c67ecc3c9fdd8a0e4399e675adf12e2ff40285e00974cca2d09108157f60",
     "xformers-0.0.29.post3/xformers",
 )
+X_TRANSFORMERS_REPO = Snapshot(  # its archives leave the tests out (benchmarks/real_tests.py: reach)
+    "lucidrains/x-transformers", "9252ed7838021ee61e6c5be0930b3a9a88efdf06", ("x_transformers", "tests")
+)
+NANOCHAT = Snapshot(  # its tests gate on CUDA and compile (benchmarks/real_tests.py: reach)
+    "karpathy/nanochat", "92d63d4e8bb4df75c3b71618f31ddde2378b2bcd", ("nanochat", "tests", "pyproject.toml")
+)
+PEFT_REPO = Snapshot(  # its tests, with their GPU-gated halves (benchmarks/real_tests.py: reach)
+    "huggingface/peft", "5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40", ("src", "tests", "pyproject.toml")
+)
 TORCH_NPU = Release(  # the real torch_npu's sources, read and never imported (tests of names, ops, kernels)
     f"{FILES}/21/6d/677a6ac5f6696d422a8513e268318ca96ccc8209b4683a6cf6272f43ddd0/"
     "torch_npu-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
