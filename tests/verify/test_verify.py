@@ -981,3 +981,17 @@ def test_a_weights_map_pairs_what_the_migration_renamed_or_reshaped(tmp_path: Pa
     bad = run_cli("verify", "--original", original, "--migrated", migrated, "--entry", "entry.py:build",
                   "--weights-map", mapping, cwd=tmp_path)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip().endswith("w: unknown key 'flip'")
+
+
+def test_a_modulation_swap_at_a_dits_zero_init_fails_at_the_first_step_it_can_show(tmp_path: Path) -> None:
+    """adaLN-Zero (fixtures/verify/adaln_dit, bf16 autocast): with the modulation at zero, shift and
+    scale swapped change nothing in the forward nor in the first step's gradients (the gates are
+    zero); from step 2 their gradients differ, small beside the model's, and must not pass as
+    rounding noise. The correct copy passes all three steps."""
+    code, data, output = verify(tmp_path, *pair("adaln_dit", "migrated"), "--steps", "3")
+    assert code == 0 and all(step["passed"] for step in data["steps"]), output
+    code, data, output = verify(tmp_path, *pair("adaln_dit", "migrated_swapped_modulation"), "--steps", "3")
+    assert code == 1, output
+    assert all(row["passed"] for row in data["rows"]), "the forward agrees at the zero init"
+    assert [step["passed"] for step in data["steps"]] == [True, False, False]
+    assert any("adaLN_modulation.1" in name for name in data["steps"][1]["failed_grads"])
