@@ -202,7 +202,7 @@ def measure(model: Model) -> bool:
         )
         print(f"  changes: {changes}\n  fused operators run: {fused}")
         stood_in = ", ".join(data["original"].get("stand_ins", [])) or "-"
-        print(f"  the original's CUDA libraries stood in: {stood_in}")
+        print(f"  the original imported the stand-ins for: {stood_in}")
         for answer in data["original"].get("answered", []):
             print(f"  answered on the original side: {answer}")
         for problem in data["problems"]:

@@ -105,7 +105,7 @@ def reference_lines(result: Result) -> list[str]:
     lines = []
     if result.original.stand_ins:
         names = ", ".join(result.original.stand_ins)
-        lines.append(f"the original ran on npu-migrate's plain-torch stand-ins for: {names}")
+        lines.append(f"the original imported npu-migrate's plain-torch stand-ins for: {names}")
     lines += [f"answered on the original side (no CUDA): {where}" for where in result.original.answered]
     return lines
 

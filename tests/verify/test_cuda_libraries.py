@@ -38,7 +38,7 @@ def test_the_original_runs_on_the_stand_ins_and_the_migration_passes(tmp_path: P
     assert data["original"]["answered"] == [
         "dit/attention.py:20: assert q.device.type == 'cuda' and q.size(-1) <= 256"
     ]
-    assert "the original ran on npu-migrate's plain-torch stand-ins for: flash-attn 3" in output
+    assert "the original imported npu-migrate's plain-torch stand-ins for: flash-attn 3" in output
     assert "npu_fusion_attention x" in output  # the migrated side ran the fused operator
 
 
