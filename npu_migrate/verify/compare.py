@@ -4,6 +4,7 @@ memory table."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch
 
 from npu_migrate.verify.blame import blame_by_inputs, drifted, grown, judge_own_code, origin
 from npu_migrate.verify.protocol import SideReport
-from npu_migrate.verify.tensors import Row, Thresholds, compare_tensors, dtype_name
+from npu_migrate.verify.tensors import DTYPE_RTOL, Row, Thresholds, compare_tensors, dtype_name
 from npu_migrate.verify.training import BACKWARD_FACTOR, compare_steps, dropout_asked
 
 # Elementwise modules whose inputs stay within this |x| hide approximations (_narrow_inputs)
@@ -106,7 +107,6 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
         else [],
         onnx={k: v for k, v in onnx.items() if k != "outputs"} if onnx else None,
     )
-    comparison.loss_rtol = limits.loss_rtol
     comparison.rule = (
         f"tight ({original.backing} vs {migrated.backing}): at least {limits.within_share:.1%} of "
         "each tensor's elements within the dtype's tolerance"
@@ -146,9 +146,16 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
     # the backward runs through whatever the forward computed in: its gradients carry that rounding
     through = max(original.computed_in.values(), key=lambda d: limits.dtype_rtol.get(d, 0.0), default="")
     floor = limits.dtype_rtol.get(through, 0.0)
+    # and its loss, a mean over many elements, carries that rounding averaged: held to the
+    # tolerance times the square root of how much coarser the dtype is than float32
+    coarse = max(floor, limits.dtype_rtol.get(forward_dtype, 0.0))
+    loss_rtol = limits.loss_rtol * max(1.0, math.sqrt(coarse / DTYPE_RTOL["float32"]))
     training = replace(
-        limits, dtype_rtol={d: BACKWARD_FACTOR * max(r, floor) for d, r in limits.dtype_rtol.items()}
+        limits,
+        dtype_rtol={d: BACKWARD_FACTOR * max(r, floor) for d, r in limits.dtype_rtol.items()},
+        loss_rtol=loss_rtol,
     )
+    comparison.loss_rtol = loss_rtol
     comparison.steps = compare_steps(original, migrated, training, same)
     noise = max((step["noise_elements"] for step in comparison.steps), default=0)
     if noise:
@@ -202,6 +209,7 @@ def _training_problem(step: dict[str, Any], forward: str | None) -> str:
         or (step["failed_grads"] and f"gradient of {step['failed_grads'][-1]} (the nearest the loss)")
         or (step["failed_state"] and step["failed_state"][0])
         or (step["failed_updates"] and f"the step's update to {step['failed_updates'][0]}")
+        or f"the loss ({step['loss_original']:.6g} vs {step['loss_migrated']:.6g})"
     )
     return where + (f", first at {first}" if first else "")
 
