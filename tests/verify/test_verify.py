@@ -121,6 +121,7 @@ def test_mixed_precision_training_is_held_to_the_precision_it_computes_in(tmp_pa
     assert code == 0, output
     assert any(row["dtype"] == "bfloat16" for row in data["rows"])
     assert all(step["passed"] and not step["failed_grads"] for step in data["steps"])
+    assert data["loss_rtol"] == pytest.approx(1e-4 * (2**-6 / 1e-4) ** 0.5), "the loss too, averaged"
     ahead = {"entry.py": [("model.parameters(), lr=1e-3,", "model.parameters(), lr=1.5e-3,")]}
     ahead = edited(tmp_path, migrated, "warmup-ahead", ahead)
     code, data, output = verify(tmp_path, "--original", original, "--migrated", ahead, "--steps", "2")
