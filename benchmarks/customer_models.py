@@ -50,6 +50,7 @@ class Model:
     entry: str  # a file in tests/real_models/entries
     needs: str  # packages beyond the torchvision environment, pinned
     planted: tuple[Planted, ...]
+    function: str = "build"  # the entry's function
 
 
 MODELS = [
@@ -107,6 +108,17 @@ MODELS = [
 
 
 MODELS += [
+    Model(
+        "internvl-flash",
+        "InternVL chat as it runs (use_flash_attn=True, bfloat16): InternViT's flash-attn varlen and "
+        "InternLM2's flash-attention-2 on the original side's flash-attn stand-in",
+        INTERNVL,
+        "internvl_chat/internvl",
+        "internvl_chat.py",
+        MODELS[0].needs,
+        MODELS[0].planted,
+        function="build_flash",
+    ),
     Model(
         "wan2.1-dit",
         "Wan2.1's video DiT: FA3 else flash-attn 2 over packed lengths in bfloat16, q asserted on CUDA; "
@@ -175,9 +187,9 @@ def build_tree(model: Model, root: Path) -> Path:
     return tree
 
 
-def verified(*args: str | Path, report: Path) -> tuple[dict, float, str]:
+def verified(*args: str | Path, report: Path, function: str = "build") -> tuple[dict, float, str]:
     started = time.monotonic()
-    done = cli("verify", *args, "--entry", "entry.py:build", "--steps", "3", "--json", report)
+    done = cli("verify", *args, "--entry", f"entry.py:{function}", "--steps", "3", "--json", report)
     seconds = time.monotonic() - started
     data = json.loads(report.read_text()) if report.exists() else {}
     return data, seconds, done.stdout[-3000:] + done.stderr[-3000:]
@@ -188,7 +200,9 @@ def measure(model: Model) -> bool:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch).resolve()
         tree = build_tree(model, root)
-        data, seconds, output = verified(tree, "--unsafe", report=root / "correct.json")
+        data, seconds, output = verified(
+            tree, "--unsafe", report=root / "correct.json", function=model.function
+        )
         if not data:
             print(f"  verify did not report:\n{output}")
             return False
@@ -221,7 +235,12 @@ def measure(model: Model) -> bool:
                 continue
             target.write_text(text.replace(plant.old, plant.new, 1), encoding="utf-8")
             data, seconds, output = verified(
-                "--original", tree, "--migrated", copy, report=root / f"p{index}.json"
+                "--original",
+                tree,
+                "--migrated",
+                copy,
+                report=root / f"p{index}.json",
+                function=model.function,
             )
             blamed = data.get("first_divergence")
             found = not data.get("passed", True) and blamed == plant.module

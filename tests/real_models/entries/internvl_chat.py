@@ -5,9 +5,11 @@ rotary tables, an additive causal + padding mask, RMSNorm, SwiGLU). Two prompts 
 image each: 16 patches, 4 image-context tokens per image, which `InternVLChatModel.forward`
 writes over the prompt's `<IMG_CONTEXT>` embeddings; the second prompt is right-padded. The loss
 is the model's own (cross entropy over `labels`, -100 on the image and padding tokens); three
-AdamW steps. flash_attn is CUDA-only and absent here, so the model takes its eager paths (the
-vision `_naive_attn`, InternLM2's `InternLM2Attention`), as the code does on its own when no
-flash_attn imports. The tree: `internvl/` (the repository's `internvl_chat/internvl` at commit
+AdamW steps. `build()` takes the model's eager paths (the vision `_naive_attn`, InternLM2's
+`InternLM2Attention`), as the code does on its own when no flash_attn imports; `build_flash()`
+its flash-attn paths, in bfloat16, as InternVL runs them (verify's original side imports
+flash-attn's stand-in where it runs without CUDA). The tree: `internvl/` (the repository's
+`internvl_chat/internvl` at commit
 2410d1dbf208f0e799459aff9376e5747dbf41a2) with this file beside it; it needs transformers 4.46,
 timm, einops and peft (`modeling_internvl_chat` imports `peft` for its LoRA wrappers)."""
 
@@ -57,12 +59,13 @@ def make_config():
     )
 
 
-def build():
+def build(flash=False):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    model = InternVLChatModel(make_config(), use_flash_attn=False)
+    model = InternVLChatModel(make_config(), use_flash_attn=flash)
     model.img_context_token_id = IMG_CONTEXT
-    model = model.to(device).eval()
+    dtype = torch.bfloat16 if flash else torch.float32
+    model = model.to(device, dtype).eval()
 
     g = torch.Generator().manual_seed(1)
     text = torch.randint(1, 100, (2, 9), generator=g)
@@ -72,7 +75,7 @@ def build():
     ids[1, -2:], mask[1, -2:] = PAD, 0  # the second prompt is two tokens shorter
     labels = ids.masked_fill((ids == IMG_CONTEXT) | (mask == 0), -100)
     inputs = {
-        "pixel_values": torch.randn(2, 3, IMAGE, IMAGE, generator=g).to(device),
+        "pixel_values": torch.randn(2, 3, IMAGE, IMAGE, generator=g).to(device, dtype),
         "input_ids": ids.to(device),
         "attention_mask": mask.to(device),
         "image_flags": torch.ones(2, 1, dtype=torch.long).to(device),
@@ -84,3 +87,10 @@ def build():
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return {"model": model, "inputs": inputs, "loss_fn": loss_fn, "optimizer": optimizer}
+
+
+def build_flash():
+    """The model as InternVL runs it (`use_flash_attn=True`, bfloat16): InternViT's flash-attn
+    varlen attention and InternLM2's flash-attention-2 class, on flash-attn's stand-ins where
+    the original runs without CUDA."""
+    return build(flash=True)
