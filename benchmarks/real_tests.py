@@ -195,7 +195,7 @@ def main() -> int:
         for project in PROJECTS:
             print(f"{project.name}: {project.kind}" + (f" (needs {project.needs})" if project.needs else ""))
         return 0
-    print(f"{'project':<22} {'apply':<20} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
+    print(f"{'project':<22} {'apply':<27} {'passed before':>13} {'regressions':>11} {'skipped after':>13} "
           f"{'newly run':>9} {'on the NPU':>12} {'seconds':>8}")  # fmt: skip
     failed = False
     for project in PROJECTS:
@@ -212,7 +212,7 @@ def main() -> int:
             failed |= regressions > 0
             apply = ("--unsafe" if unsafe else "default") + (f" --tests-device {device}" if device else "")
             reached, ran = data["migrated"]["reach"]
-            print(f"{project.name:<22} {apply:<20} {before:>13} {regressions:>11} {len(data['skipped']):>13} "
+            print(f"{project.name:<22} {apply:<27} {before:>13} {regressions:>11} {len(data['skipped']):>13} "
                   f"{newly:>9} {f'{reached} of {ran}':>12} {seconds:>8.1f}")  # fmt: skip
             for regression in data["regressions"]:
                 print(f"    {regression['test']}: {regression['after']}: {regression['message']}")
