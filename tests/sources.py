@@ -68,6 +68,7 @@ LITGPT = Release(
     "77be78814d0334e8e32ee6dac417e9718ebad45529458995ca255af24cf15cf3",
     "litgpt-0.5.13/litgpt",
 )
+LITGPT_WITH_TESTS = Release(LITGPT.url, LITGPT.sha256, "litgpt-0.5.13")  # the sdist's root: its tests too
 SARIF_SCHEMA = Release(  # OASIS's SARIF 2.1.0 JSON Schema, as a SARIF tool's tests carry it
     f"{FILES}/38/00/3f3b0c63fc1ed360bb96c158d919c6a6337aedb1b41952418dd43d507e25/iam_sarif_report-2.3.6.tar.gz",
     "2aa26412a7514dd2e94a2bcbc07862ce39956daaa28ab9993034dc4e1a0abeed",
