@@ -139,7 +139,8 @@ PROJECTS = [
             X_TRANSFORMERS_REPO, "pytest -q -p no:cacheprovider tests/test_x_transformers.py -k 'readme or "
             "kv_cache or cope or adaptive or softclamp or cls_token or value_residual or custom_alibi or "
             "custom_rotary or cross_attn_rotary or multi_latent or attn_pooler or qk_clip'"),
-    Project("litgpt-0.5.13", "LLM recipes on Lightning: half of its model tests gated on CUDA GPUs", LITGPT_WITH_TESTS,
+    Project("litgpt-0.5.13", "LLM recipes on Lightning: half of its model tests gated on CUDA GPUs",
+            LITGPT_WITH_TESTS,
             "pytest -q -p no:cacheprovider tests/test_model.py tests/test_rope.py tests/test_config.py"),
     Project("nanochat", "a full-stack chat LLM: its attention fallback, engine and optimizer tests", NANOCHAT,
             "pytest -q -p no:cacheprovider -o pythonpath=. tests/test_attention_fallback.py "
