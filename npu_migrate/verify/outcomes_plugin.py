@@ -86,6 +86,8 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 def _message(report: Any) -> str:
     """A failure's error line (pytest's `E   ...`) and where it was raised; a skip's reason."""
+    if report.skipped and isinstance(report.longrepr, tuple):  # (path, line, "Skipped: reason")
+        return str(report.longrepr[2]).removeprefix("Skipped: ")[:300]
     lines = [line for line in (getattr(report, "longreprtext", "") or "").splitlines() if line.strip()]
     if not lines:
         return ""

@@ -165,7 +165,9 @@ REACHING = {
         "def test_on_the_default_device():\n    assert torch.ones(3).sum() == 3\n\n\n"
         "def test_no_tensor():\n    assert DEVICE.type in ('cpu', 'cuda', 'npu')\n\n\n"
         "@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')\n"
-        "def test_gated():\n    assert ones(2).device.type != 'cpu'\n"
+        "def test_gated():\n    assert ones(2).device.type != 'cpu'\n\n\n"
+        "@pytest.mark.skip(reason='needs 2 CUDA GPUs')\n"
+        "def test_two_gpus():\n    pass\n"
     ),
 }
 
@@ -196,6 +198,10 @@ def test_the_share_of_tests_that_reach_the_npu_is_measured(tmp_path: Path) -> No
         ("tests/test_model.py::test_gated", "passed")
     ]
     assert "note: 1 test(s) skipped on the original run on the migrated copy: 1 passed" in output
+    assert (
+        "skipped on the migrated copy: 1 test(s): needs 2 CUDA GPUs; it asks for CUDA GPUs, which an NPU "
+        "host never has" in output
+    )
 
 
 def test_the_npu_as_default_device_raises_the_reach(tmp_path: Path) -> None:
