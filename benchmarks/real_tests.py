@@ -142,14 +142,15 @@ PROJECTS = [
     Project("litgpt-0.5.13", "LLM recipes on Lightning: half of its model tests gated on CUDA GPUs",
             LITGPT_WITH_TESTS,
             "pytest -q -p no:cacheprovider tests/test_model.py tests/test_rope.py",
-            "transformers==4.57.1 huggingface_hub==0.35.3 tokenizers==0.22.1 (--no-deps)"),
+            "transformers==4.57.1 huggingface_hub==0.35.3 tokenizers==0.22.1 pytest-rerunfailures (--no-deps)"),
     Project("nanochat", "a full-stack chat LLM: its attention fallback, engine and optimizer tests", NANOCHAT,
             "pytest -q -p no:cacheprovider -o pythonpath=. tests/test_attention_fallback.py "
             "tests/test_engine.py tests/test_optim.py", "kernels tiktoken rustbpe"),
     Project("peft", "parameter-efficient fine-tuning on transformers models", PEFT_REPO,
-            "pytest -q -p no:cacheprovider -o pythonpath=src tests/test_custom_models.py "
+            "pytest -q -p no:cacheprovider -o addopts= -o pythonpath=src tests/test_custom_models.py "
             "-k 'LoRA and not Conv'",
-            "transformers accelerate huggingface_hub safetensors", (("HF_HUB_OFFLINE", "1"),), 1800),
+            "transformers==4.57.1 huggingface_hub==0.35.3 tokenizers==0.22.1 accelerate==1.10.1 diffusers "
+            "(--no-deps)", (("HF_HUB_OFFLINE", "1"),), 1800),
 ]  # fmt: skip
 
 
