@@ -142,7 +142,8 @@ PROJECTS = [
     Project("litgpt-0.5.13", "LLM recipes on Lightning: half of its model tests gated on CUDA GPUs",
             LITGPT_WITH_TESTS,
             "pytest -q -p no:cacheprovider tests/test_model.py tests/test_rope.py",
-            "transformers==4.57.1 huggingface_hub==0.35.3 tokenizers==0.22.1 pytest-rerunfailures (--no-deps)"),
+            "transformers==4.57.1 huggingface_hub==0.35.3 tokenizers==0.22.1 pytest-rerunfailures "
+            "(--no-deps)"),
     Project("nanochat", "a full-stack chat LLM: its attention fallback, engine and optimizer tests", NANOCHAT,
             "pytest -q -p no:cacheprovider -o pythonpath=. tests/test_attention_fallback.py "
             "tests/test_engine.py tests/test_optim.py", "kernels tiktoken rustbpe"),
