@@ -68,7 +68,7 @@ class ModuleCall:
     autocast: list[tuple[str, torch.dtype]] = dataclasses.field(
         default_factory=list
     )  # in force, by device type
-    coarsest: torch.dtype | None = None  # the least precise floating dtype an operator computed in, inside it
+    opened: int = 0  # ComputedIn's operator count when the call began
 
 
 def autocast_in_force() -> list[tuple[str, torch.dtype]]:
@@ -80,32 +80,28 @@ def autocast_in_force() -> list[tuple[str, torch.dtype]]:
     ]
 
 
-def coarser(a: torch.dtype | None, b: torch.dtype | None) -> torch.dtype | None:
-    """The less precise of two floating dtypes (None: no floating computation yet)."""
-    if a is None or b is None:
-        return a or b
-    return a if torch.finfo(a).eps >= torch.finfo(b).eps else b
-
-
 class ComputedIn(TorchDispatchMode):
     """The least precise floating dtype the operators compute in, as the program runs (after
-    autocast has cast their inputs): overall so far, and inside each module call running. A
-    model that casts to bfloat16 around an operator (for flash-attn) and back leaves float32
-    rows carrying bfloat16's rounding; verify judges them by it."""
+    autocast has cast their inputs), since any point of it: each dtype's last operator is
+    noted, so a module call's dtype is that of the operators run since it began. A model that
+    casts to bfloat16 around an operator (for flash-attn) and back leaves float32 rows carrying
+    bfloat16's rounding; verify judges them by it."""
 
-    def __init__(self, running: list[ModuleCall]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.running = running
-        self.coarsest: torch.dtype | None = None
+        self.operators = 0
+        self._last: dict[torch.dtype, int] = {}  # each floating dtype: the last operator that read it
+
+    def since(self, start: int) -> torch.dtype | None:
+        """The coarsest dtype an operator read from operator number `start` on (0: the whole run)."""
+        read = (dtype for dtype, last in self._last.items() if last >= start)
+        return max(read, key=lambda dtype: torch.finfo(dtype).eps, default=None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for _, tensor in flatten((args, kwargs)):
-            dtype = tensor.dtype
-            if dtype.is_floating_point and coarser(self.coarsest, dtype) is not self.coarsest:
-                self.coarsest = dtype
-            if dtype.is_floating_point:
-                for call in self.running:
-                    call.coarsest = coarser(call.coarsest, dtype)
+            if tensor.dtype.is_floating_point:
+                self._last[tensor.dtype] = self.operators
+        self.operators += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -128,7 +124,7 @@ class ModuleRecorder:
         self.computed_within: dict[str, str] = {}
         self._calls: dict[str, int] = {}
         self._running: list[ModuleCall] = []
-        self.precision = ComputedIn(self._running)  # entered around the recorded forward
+        self.precision = ComputedIn()  # entered around the recorded forward
         self._handles = []
         for name, module in modules:
             name = name or "(model)"
@@ -149,6 +145,7 @@ class ModuleRecorder:
                 parent,
                 given=(args, kwargs),
                 autocast=autocast_in_force(),
+                opened=self.precision.operators,
             )
             self._calls[name] = call.index + 1
             call.key = self._key(name)
@@ -156,9 +153,8 @@ class ModuleRecorder:
             for path, tensor in flatten((args, kwargs)):
                 copy = tensor.detach().to("cpu", copy=True)
                 self.inputs.append((call.key + path, name, copy))
-                self._coarser(
-                    self.computed_within, call.key + path, copy, parent.coarsest if parent else None
-                )
+                within = self.precision.since(parent.opened) if parent else None
+                self._coarser(self.computed_within, call.key + path, copy, within)
                 if path.startswith("[0]"):
                     call.args.append(copy)
                 else:
@@ -175,8 +171,8 @@ class ModuleRecorder:
             for path, tensor in flatten(output):
                 copy = tensor.detach().to("cpu", copy=True)
                 self.rows.append((key + path, name, copy))
-                self._coarser(self.computed_in, key + path, copy, self.precision.coarsest)
-                self._coarser(self.computed_within, key + path, copy, call.coarsest)
+                self._coarser(self.computed_in, key + path, copy, self.precision.since(0))
+                self._coarser(self.computed_within, key + path, copy, self.precision.since(call.opened))
                 call.outputs.append(copy)
                 self.activation_bytes[name] = self.activation_bytes.get(name, 0) + nbytes(tensor)
             self.calls.append(call)
@@ -188,7 +184,7 @@ class ModuleRecorder:
         if (
             tensor.is_floating_point()
             and dtype is not None
-            and coarser(tensor.dtype, dtype) is not tensor.dtype
+            and torch.finfo(dtype).eps > torch.finfo(tensor.dtype).eps
         ):
             table[key] = str(dtype).removeprefix("torch.")
 

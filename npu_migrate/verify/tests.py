@@ -71,8 +71,8 @@ class SuiteRun:
 
     def reach(self) -> tuple[int, int]:
         """(tests that put a tensor on the NPU, tests that ran: not skipped)."""
-        ran = [test for test, status in self.status.items() if status != "skipped"]
-        return sum(test in set(self.on_npu) for test in ran), len(ran)
+        ran = {test for test, status in self.status.items() if status != "skipped"}
+        return len(ran & set(self.on_npu)), len(ran)
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
