@@ -35,10 +35,12 @@ def _shape(normalized_shape: int | Sequence[int]) -> torch.Size:
     return torch.Size(normalized_shape)  # type: ignore[arg-type]
 
 
-class FusedLayerNorm(nn.Module):
-    """apex.normalization.FusedLayerNorm: weight and bias as nn.LayerNorm's."""
+class _FusedNorm(nn.Module):
+    """apex's fused norms: `weight` (and LayerNorm's `bias`) over `normalized_shape`; the
+    mixed-dtype forms return their parameters' dtype."""
 
     mixed = False
+    has_bias = True
 
     def __init__(
         self,
@@ -51,11 +53,18 @@ class FusedLayerNorm(nn.Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = nn.Parameter(torch.ones(self.normalized_shape)) if elementwise_affine else None
-        self.bias = nn.Parameter(torch.zeros(self.normalized_shape)) if elementwise_affine else None
+        if self.has_bias:  # an RMSNorm has none, not even None
+            self.bias = nn.Parameter(torch.zeros(self.normalized_shape)) if elementwise_affine else None
+
+    def _out(self, x: Tensor) -> torch.dtype:
+        return self.weight.dtype if self.mixed and self.weight is not None else x.dtype
+
+
+class FusedLayerNorm(_FusedNorm):
+    """apex.normalization.FusedLayerNorm: weight and bias as nn.LayerNorm's."""
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.weight.dtype if self.mixed and self.weight is not None else x.dtype
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, out)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, self._out(x))
 
 
 class MixedFusedLayerNorm(FusedLayerNorm):
@@ -64,26 +73,13 @@ class MixedFusedLayerNorm(FusedLayerNorm):
     mixed = True
 
 
-class FusedRMSNorm(nn.Module):
+class FusedRMSNorm(_FusedNorm):
     """apex.normalization.FusedRMSNorm."""
 
-    mixed = False
-
-    def __init__(
-        self,
-        normalized_shape: int | Sequence[int],
-        eps: float = 1e-5,
-        elementwise_affine: bool = True,
-        memory_efficient: bool = False,
-    ) -> None:
-        super().__init__()
-        self.normalized_shape = _shape(normalized_shape)
-        self.eps, self.elementwise_affine = eps, elementwise_affine
-        self.weight = nn.Parameter(torch.ones(self.normalized_shape)) if elementwise_affine else None
+    has_bias = False
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.weight.dtype if self.mixed and self.weight is not None else x.dtype
-        return rms_norm(x, self.normalized_shape, self.weight, self.eps, out)
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps, self._out(x))
 
 
 class MixedFusedRMSNorm(FusedRMSNorm):

@@ -92,6 +92,20 @@ class Linear(nn.Module):
         return _returned(out, self.bias, self.return_bias)
 
 
+def _gamma(size: int, dtype: torch.dtype, zero_centered: bool) -> nn.Parameter:
+    """A norm's scale: ones, or zeros where it is zero-centred (the norm scales by 1 + gamma)."""
+    return nn.Parameter((torch.zeros if zero_centered else torch.ones)(size, dtype=dtype))
+
+
+def _normalise(
+    x: Tensor, normalization: str, gamma: Tensor, bias: Tensor | None, eps: float, zero_centered: bool
+) -> Tensor:
+    scale = gamma + 1 if zero_centered else gamma
+    if normalization == "RMSNorm":
+        return norms.rms_norm(x, (x.shape[-1],), scale, eps, x.dtype)
+    return norms.layer_norm(x, (x.shape[-1],), scale, bias, eps, x.dtype)
+
+
 class _Normed(nn.Module):
     """The normalisation TE modules put in front: LayerNorm or RMSNorm, gamma zero-centred or not."""
 
@@ -103,20 +117,23 @@ class _Normed(nn.Module):
         if normalization not in ("LayerNorm", "RMSNorm"):
             raise ValueError(f"Unsupported normalization type: {normalization}")
         self.normalization, self.zero_centered_gamma = normalization, zero_centered
-        start = torch.zeros if zero_centered else torch.ones
-        self.layer_norm_weight = nn.Parameter(start(size, dtype=dtype))
+        self.layer_norm_weight = _gamma(size, dtype, zero_centered)
         self.layer_norm_bias = (
             nn.Parameter(torch.zeros(size, dtype=dtype)) if normalization == "LayerNorm" else None
         )
 
     def _normed(self, x: Tensor) -> Tensor:
-        gamma = self.layer_norm_weight + 1 if self.zero_centered_gamma else self.layer_norm_weight
-        if self.normalization == "RMSNorm":
-            return norms.rms_norm(x, (x.shape[-1],), gamma, self.eps, x.dtype)
-        return norms.layer_norm(x, (x.shape[-1],), gamma, self.layer_norm_bias, self.eps, x.dtype)
+        return _normalise(
+            x, self.normalization, self.layer_norm_weight, self.layer_norm_bias, self.eps,
+            self.zero_centered_gamma,
+        )  # fmt: skip
 
 
-class LayerNorm(nn.Module):
+class _Norm(nn.Module):
+    """TE's LayerNorm and RMSNorm (`normalization`): `weight` (and LayerNorm's `bias`)."""
+
+    normalization = "LayerNorm"
+
     def __init__(
         self,
         hidden_size: int,
@@ -128,33 +145,21 @@ class LayerNorm(nn.Module):
     ) -> None:
         super().__init__()
         self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
-        start = torch.zeros if zero_centered_gamma else torch.ones
-        self.weight = nn.Parameter(start(hidden_size, dtype=_dtype(params_dtype)))
-        self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=_dtype(params_dtype)))
+        self.weight = _gamma(hidden_size, _dtype(params_dtype), zero_centered_gamma)
+        if self.normalization == "LayerNorm":  # an RMSNorm has no bias, not even None
+            self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=_dtype(params_dtype)))
 
     def forward(self, x: Tensor) -> Tensor:
-        gamma = self.weight + 1 if self.zero_centered_gamma else self.weight
-        return norms.layer_norm(x, (x.shape[-1],), gamma, self.bias, self.eps, x.dtype)
+        bias = getattr(self, "bias", None)
+        return _normalise(x, self.normalization, self.weight, bias, self.eps, self.zero_centered_gamma)
 
 
-class RMSNorm(nn.Module):
-    def __init__(
-        self,
-        hidden_size: int,
-        eps: float = 1e-5,
-        sequence_parallel: bool | None = None,
-        params_dtype: torch.dtype | None = None,
-        zero_centered_gamma: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__()
-        self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
-        start = torch.zeros if zero_centered_gamma else torch.ones
-        self.weight = nn.Parameter(start(hidden_size, dtype=_dtype(params_dtype)))
+class LayerNorm(_Norm):
+    normalization = "LayerNorm"
 
-    def forward(self, x: Tensor) -> Tensor:
-        gamma = self.weight + 1 if self.zero_centered_gamma else self.weight
-        return norms.rms_norm(x, (x.shape[-1],), gamma, self.eps, x.dtype)
+
+class RMSNorm(_Norm):
+    normalization = "RMSNorm"
 
 
 class LayerNormLinear(_Normed):
