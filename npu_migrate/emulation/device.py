@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import os
 import sys
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -248,10 +249,10 @@ def _inductor_on_npu(owner: Any, args: Any, kwargs: Any) -> bool:
     """Refuse Inductor on NPU tensors as torch_npu does without triton-ascend; True where Dynamo
     suppresses the error (the caller runs the model eagerly), False where nothing is on the NPU."""
     global _warned_triton
-    given = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    given: Iterable[Any] = torch.utils._pytree.tree_leaves((args, kwargs))
     if isinstance(owner, torch.nn.Module):
-        given += [*owner.parameters(), *owner.buffers()]
-    if not any(tensors.index(t) is not None for t in given):
+        given = itertools.chain(given, owner.parameters(), owner.buffers())
+    if not any(tensors.index(t) is not None for t in given):  # index: None for what is no tensor
         return False
     if not _warned_triton:
         warnings.warn("triton-ascend is not installed. Please install it first.", stacklevel=3)

@@ -24,10 +24,13 @@ def judge_own_code(original: SideReport, migrated: SideReport, limits: Threshold
     called = {key.split("[", 1)[0] for key in inputs}  # the original's calls, `name` or `name#N`
     named = {module for _, module, _ in original.inputs}
     rows: list[Row] = []
+    extra: set[tuple[str, str]] = set()  # (module, callee) already said to call it more often
     for module, handed, key, tensor in migrated.replayed:
-        call, callee = key.split("[", 1)[0], key.split("[", 1)[0].split("#", 1)[0]
+        call = key.split("[", 1)[0]
+        callee = call.split("#", 1)[0]
         if handed and call not in called and callee in named:  # norm1 applied twice, where once
-            if not any(row.key == f"{callee}{MORE_CALLS}" and row.module == module for row in rows):
+            if (module, callee) not in extra:
+                extra.add((module, callee))
                 rows.append(_extra_call(module, callee))
             continue
         ours = (inputs if handed else outputs).get(key)
