@@ -72,8 +72,8 @@ MODELS = [
             Planted(
                 "InternLM2's fused RoPE with cos and sin swapped",
                 "internvl/model/internlm2/modeling_internlm2.py",
-                "npu_rotary_mul(q, npu_rotary_table(cos, q), npu_rotary_table(sin, q))",
-                "npu_rotary_mul(q, npu_rotary_table(sin, q), npu_rotary_table(cos, q))",
+                "npu_rotary_mul(q, npu_rotary_table(cos, q), npu_rotary_table(sin, q), npu_rotary_mode",
+                "npu_rotary_mul(q, npu_rotary_table(sin, q), npu_rotary_table(cos, q), npu_rotary_mode",
                 "language_model.model.layers.0.attention",
             ),
         ),

@@ -7,7 +7,8 @@ import shlex
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -210,15 +211,10 @@ def verify(
                 rule=rule.value,
             ),
         )
+        runs = stack.enter_context(orchestrate.Runs(options))
         with common.err.status("verifying") as status:
-
-            def phase(text: str) -> None:  # a spinner on a terminal, a line each where piped
-                status.update(text)
-                if not common.err.is_terminal:
-                    common.err.print(f"verify: {text}")
-
             try:
-                result = orchestrate.run(options, phase)
+                result = runs.against(options.migrated, _phase(status))
             except orchestrate.SideFailed as exc:
                 status.stop()
                 common.fail(str(exc))
@@ -230,7 +226,7 @@ def verify(
             )
             result.changes = dict(copy.changes().most_common())
         if copy is not None and not result.comparison.passed and bisect:
-            culprit = _bisect(copy, options)
+            culprit = _bisect(copy, runs)
             result.comparison.culprit = culprit or "no single rule's changes make the difference"
     verify_report.print_result(common.out, result)
     if dump is not None:
@@ -391,17 +387,29 @@ def _migrated_copy(tree: Path, unsafe: bool, rules: list[Path] | None, stack: co
     return copy
 
 
-def _bisect(copy: _Copy, options: Any) -> str | None:
-    """The change of the migration that makes it diverge, in words (verify/bisect.py)."""
+def _phase(status: Any) -> Callable[[str], None]:
+    """What verify is doing, as a spinner's text on a terminal, a line each where piped."""
+
+    def phase(text: str) -> None:
+        status.update(text)
+        if not common.err.is_terminal:
+            common.err.print(f"verify: {text}", highlight=False, soft_wrap=True)
+
+    return phase
+
+
+def _bisect(copy: _Copy, runs: Any) -> str | None:
+    """The change of the migration that makes it diverge, in words (verify/bisect.py): each
+    copy is compared with the original's run, which is not repeated."""
     from npu_migrate.verify import orchestrate
     from npu_migrate.verify.bisect import find_culprit
 
     def passes(folder: Path) -> bool:
         try:
-            return orchestrate.run(replace(options, migrated=folder, dump=None)).comparison.passed
+            return bool(runs.against(folder, dump=False).comparison.passed)
         except orchestrate.SideFailed:
             return False
 
-    with common.err.status("finding the change that makes the difference"):
-        culprit = find_culprit(copy.outcomes, copy.rules, copy.migrate, copy.write, passes)
+    with common.err.status("finding the change that makes the difference") as status:
+        culprit = find_culprit(copy.outcomes, copy.rules, copy.migrate, copy.write, passes, _phase(status))
     return culprit.describe() if culprit else None

@@ -34,20 +34,30 @@ Passes = Callable[[Path], bool]  # whether verify passes on a migrated copy
 
 
 def find_culprit(
-    outcomes: list[FileOutcome], rules: RuleSource, migrate: Migrate, write: Write, passes: Passes
+    outcomes: list[FileOutcome],
+    rules: RuleSource,
+    migrate: Migrate,
+    write: Write,
+    passes: Passes,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> Culprit | None:
     """The rule (and file) whose changes make the copy diverge, or None when no single rule's
-    absence makes it pass (the bug is elsewhere, or needs two changes together)."""
+    absence makes it pass (the bug is elsewhere, or needs two changes together). `progress`
+    hears which copy is tried."""
     applied = [(o, f) for o in outcomes for f in o.result.findings if f.applied]
     codes = list(dict.fromkeys(f.rule.code for _, f in sorted(applied, key=_numerics_first)))
     with tempfile.TemporaryDirectory(prefix="npu-migrate-bisect-") as work:
         for number, code in enumerate(codes):
+            progress(f"bisecting: the copy without {code}'s changes ({number + 1} of {len(codes)} rules)")
             without = migrate(replace(rules, without=rules.without | {code}))
             write(without, Path(work) / f"without-{number}")
             if not passes(Path(work) / f"without-{number}"):
                 continue
             files = list(dict.fromkeys(o.file.display for o, f in applied if f.rule.code == code))
             for index, display in enumerate(files):
+                progress(
+                    f"bisecting: {code}'s changes undone in {display} ({index + 1} of {len(files)} files)"
+                )
                 mixed = [
                     w if o.file.display == display else o for o, w in zip(outcomes, without, strict=True)
                 ]

@@ -3,6 +3,7 @@ side, run that (on a real NPU, else on the emulation), and compare what both rec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from npu_migrate.verify import ranks, stand_ins
@@ -167,29 +168,57 @@ def _user_frames(stderr: str, tree: Path) -> str:
 
 
 def run(options: Options, phase: Callable[[str], None] = lambda _: None) -> Result:
-    import torch
+    """The original and the migrated side of `options`, compared."""
+    with Runs(options) as runs:
+        return runs.against(options.migrated, phase)
 
-    from npu_migrate.emulation.runner import real_torch_npu_imports
 
-    for tree in (options.original, options.migrated):
-        if not tree.is_dir():
-            raise SideFailed(
-                "original" if tree == options.original else "migrated", f"no such folder: {tree}"
-            )
-    emulate = options.emulate if options.emulate is not None else not real_torch_npu_imports()
-    device = options.device_original or ("cuda" if torch.cuda.is_available() else "cpu")
-    with tempfile.TemporaryDirectory(prefix="npu-migrate-verify-") as folder:
-        work = Path(folder)
+class Runs:
+    """One verify's side runs: the original once, then each migrated tree against it (verify
+    TREE's bisect compares a dozen copies with the same original, which need not run again)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._stack = contextlib.ExitStack()
+        self._originals: list[SideReport] | None = None
+
+    def __enter__(self) -> Runs:
+        self.work = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-verify-")))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def against(
+        self, migrated: Path, phase: Callable[[str], None] = lambda _: None, dump: bool = True
+    ) -> Result:
+        """`migrated` run and compared with the original (run first, once); without `dump`, the
+        migrated side writes no msprobe dump (a bisect's copies keep the first one's)."""
+        import torch
+
+        from npu_migrate.emulation.runner import real_torch_npu_imports
+
+        options = self.options
+        for tree in (options.original, migrated):
+            if not tree.is_dir():
+                raise SideFailed(
+                    "original" if tree == options.original else "migrated", f"no such folder: {tree}"
+                )
+        emulate = options.emulate if options.emulate is not None else not real_torch_npu_imports()
         world = f" in {options.nproc} ranks (torchrun)" if options.nproc else ""
-        phase(f"running the original on {device}{world}")
-        originals = _side("original", options.original, options, device, work, emulate=False)
+        if self._originals is None:
+            device = options.device_original or ("cuda" if torch.cuda.is_available() else "cpu")
+            phase(f"running the original on {device}{world}")
+            self._originals = _side("original", options.original, options, device, self.work, emulate=False)
         phase("running the migrated copy" + (" on the NPU emulation" if emulate else " on the NPU") + world)
-        migrateds = _side("migrated", options.migrated, options, options.device_migrated, work, emulate)
-    phase("comparing")
-    comparisons = [compare_runs(a, b, options.limits) for a, b in zip(originals, migrateds, strict=True)]
-    shown = next((r for r, c in enumerate(comparisons) if not c.passed), 0)
-    trees = (str(options.original), str(options.migrated))
-    result = Result(comparisons[shown], originals[shown], migrateds[shown], trees=trees)
-    if options.nproc:
-        result.rank, result.ranks = shown, comparisons
-    return result
+        side_options = options if dump else replace(options, dump=None)
+        migrateds = _side("migrated", migrated, side_options, options.device_migrated, self.work, emulate)
+        phase("comparing")
+        originals = self._originals
+        comparisons = [compare_runs(a, b, options.limits) for a, b in zip(originals, migrateds, strict=True)]
+        shown = next((r for r, c in enumerate(comparisons) if not c.passed), 0)
+        trees = (str(options.original), str(migrated))
+        result = Result(comparisons[shown], originals[shown], migrateds[shown], trees=trees)
+        if options.nproc:
+            result.rank, result.ranks = shown, comparisons
+        return result

@@ -58,7 +58,11 @@ def _print_table(console: Console, table: Table) -> None:
 
 def step_failures(step: dict[str, Any]) -> list[str]:
     """What failed in a training step, in words: gradients, then state, then updates."""
-    failed = [f"gradient of {name}" for name in step["failed_grads"]]
+    failed = [
+        f"gradient of {row['key']} (cosine {row['cosine']:.6f}, "
+        f"{row['within_dtype_tol']:.1%} of its elements within tolerance)"
+        for row in step.get("failed_grad_rows", [])
+    ]
     failed += [f"gradient of {name}" for name in step["one_sided_grads"]]
     failed += step["failed_state"]
     return failed + [f"update to {name}" for name in step["failed_updates"]]

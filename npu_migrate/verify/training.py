@@ -59,6 +59,7 @@ def compare_steps(
                 "grad_norm_migrated": b.grad_norm,
                 "worst_grad": asdict(worst) if worst else None,
                 "failed_grads": [r.key for r in grad_rows if not r.passed],
+                "failed_grad_rows": [asdict(r) for r in grad_rows if not r.passed],
                 "one_sided_grads": one_sided,
                 "failed_state": diverged,  # parameters, buffers, optimizer state: the first named first
                 "failed_updates": [r.key for r in update_rows if not r.passed],

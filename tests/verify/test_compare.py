@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from npu_migrate.verify.compare import compare_runs  # noqa: E402
 from npu_migrate.verify.protocol import SideReport, Step  # noqa: E402
+from npu_migrate.verify.report import step_failures  # noqa: E402
 from npu_migrate.verify.tensors import Thresholds, compare_tensors  # noqa: E402
 
 
@@ -80,6 +82,9 @@ def test_a_gradient_that_is_rounding_noise_is_judged_against_the_models_gradient
     assert result.passed and result.steps[0]["noise_elements"] == 2
     off = compare_runs(original, side(rows, steps(noise_b, after_b, 1.01)), Thresholds(rule="tight"))
     assert not off.passed and off.steps[0]["failed_grads"] == ["w"]
+    [words] = step_failures(off.steps[0])  # the failing gradient's figures, not its name alone
+    figures = r"\(cosine 1\.000000, \d+\.\d% of its elements within tolerance\)"
+    assert re.fullmatch(r"gradient of w " + figures, words)
 
 
 def test_a_gradient_only_one_side_computes_fails_the_step() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -930,6 +931,9 @@ def test_a_diverging_migration_names_the_rule_and_the_change_that_breaks_it(tmp_
     assert data["culprit"].split(" in ", 1)[1].startswith(str(CASES / "gpt" / "original" / "model.py"))
     assert "self.proj(self.act(self.fc(x)) * 1.02)" in data["culprit"]
     assert "the divergence comes from HOU950" in output
+    assert re.search(r"verify: bisecting: the copy without HOU950's changes \(\d of \d rules\)", output)
+    assert "verify: bisecting: HOU950's changes undone in " in output
+    assert output.count("running the original") == 1, "the copies are compared with one run of the original"
     code, data, _ = verify(tmp_path, *args, "--no-bisect")
     assert code == 1 and data["culprit"] is None
 
