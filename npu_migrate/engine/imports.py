@@ -323,11 +323,14 @@ Statement = TypeVar("Statement", cst.Import, cst.ImportFrom)
 
 
 class _NamesUsed(cst.CSTVisitor):
-    """Every name a module uses outside its import statements."""
+    """Every name a module uses outside its import statements: not the names it defines or
+    passes by keyword, nor attributes (a method `_unpad_input`, `self._unpad_input`, does not use
+    an imported `_unpad_input`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()
+        self._not_uses: set[int] = set()  # ids of Name nodes that are not uses
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -335,8 +338,25 @@ class _NamesUsed(cst.CSTVisitor):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_uses.add(id(node.attr))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_uses.add(id(node.name))
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_uses.add(id(node.name))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_uses.add(id(node.name))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_uses.add(id(node.keyword))
+
     def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
+        if id(node) not in self._not_uses:
+            self.names.add(node.value)
 
 
 class _DropImports(cst.CSTTransformer):

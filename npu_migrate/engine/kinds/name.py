@@ -7,6 +7,7 @@ rename touches is rewritten with every use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cmp_to_key
 from typing import TYPE_CHECKING, cast
 
@@ -137,8 +138,13 @@ class NameMatcher(Matcher):
     def _fixed(
         self, candidate: Candidate, parts: list[str], qualified: str, updated: cst.BaseExpression
     ) -> Candidate | None:
-        """The candidate with its rename applied; None when the import statement carries it."""
+        """The candidate with its fix applied: a rename (None when the import statement carries
+        it), or the template's code in place of the reference (a helper the fix writes into the
+        file, which the name is then bound to wherever the code passes it)."""
         fix = candidate.rule.fix
+        if fix is not None and fix.template:
+            fixed = replace_expression(updated, fix.template)
+            return replace(candidate, fixed=fixed, held=self._mocked_elsewhere(qualified))
         new_qualified = renamed(qualified, fix.rename) if fix and fix.rename else None
         if new_qualified is None:
             return candidate
@@ -180,9 +186,11 @@ class NameMatcher(Matcher):
         planned = self._planned(updated)
         candidates = []
         for alias, plan in zip(updated.names, planned, strict=True):
-            if plan is None:
+            if plan is None:  # a rule whose template replaces the uses reports them, not the import
                 qualified = f"{base}.{alias.evaluated_name}"
-                candidates += self.kind.ranked(qualified, whole=True)[:1]
+                candidates += [c for c in self.kind.ranked(qualified, whole=True) if not _templated(c.rule)][
+                    :1
+                ]
         proposed = regroup(updated, base, planned, self.ctx.plan)
         held = None
         if isinstance(proposed, cst.ImportFrom) and proposed.deep_equals(updated):  # a rename keeps it
@@ -219,7 +227,7 @@ class NameKind(Kind[NameMatch]):
     key = "name"
     schema = NameMatch
     matcher_type = NameMatcher
-    fixes = frozenset({"rename"})
+    fixes = frozenset({"rename", "template"})
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
@@ -283,6 +291,10 @@ def _patch_target(ctx: FileContext, call: cst.Call) -> cst.SimpleString | None:
         return None
     method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
     return first.value if callee(ctx, call) in _PATCHERS or method in _PATCHER_METHODS else None
+
+
+def _templated(rule: Rule) -> bool:
+    return rule.fix is not None and rule.fix.template is not None
 
 
 def _renamed_alias(alias: cst.ImportAlias, rule: Rule, qualified: str) -> cst.ImportAlias | None:
