@@ -88,7 +88,8 @@ class Fix(Strict):
         default=None,
         description="Replacement code; $NAME inserts what a pattern metavariable matched, or for a "
         "call match the argument of that parameter. A keyword argument whose value needs an "
-        "absent argument (without a default) is left out.",
+        "absent argument (without a default) is left out. For a name match: what each reference "
+        "becomes (a helper the fix adds), the import going once nothing uses it.",
     )
     defaults: dict[str, str] = Field(
         default_factory=dict,
