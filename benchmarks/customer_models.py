@@ -116,7 +116,23 @@ MODELS += [
         "internvl_chat/internvl",
         "internvl_chat.py",
         MODELS[0].needs,
-        MODELS[0].planted,
+        (
+            Planted(
+                "the ViT's flash attention (npu-migrate's varlen helper) scaled by d ** -0.45",
+                "internvl/model/internvl_chat/modeling_intern_vit.py",
+                "scale=q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,",
+                "scale=q.shape[-1] ** -0.45 if softmax_scale is None else softmax_scale,",
+                "vision_model.encoder.layers.0.attn",
+            ),
+            Planted(
+                "InternLM2's causal mask for npu_fusion_attention with its polarity inverted",
+                "internvl/model/internlm2/modeling_internlm2.py",
+                "return torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)",
+                "return ~torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)",
+                "language_model.model.layers.0.attention",
+            ),
+            MODELS[0].planted[1],
+        ),
         function="build_flash",
     ),
     Model(

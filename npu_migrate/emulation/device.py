@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import DeviceContext, _device_constructors
 
 from npu_migrate.emulation import TRITON_VARIABLE, allocations, amp, npu_module, settle, state, tensors
 
@@ -33,6 +34,8 @@ class _NpuDevices(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         args, kwargs = _accelerator_indices(func, name, args, kwargs)
+        if kwargs.get("device") is None and func in _device_constructors():
+            kwargs = _default_device(kwargs)
         if func is state.Device or name == "_parse_to":  # "npu:0" stays an NPU device until used
             return func(*args, **kwargs)
         if torch.compiler.is_compiling():  # a traced graph: devices mapped, no tensor tracked
@@ -57,6 +60,18 @@ class _NpuDevices(TorchFunctionMode):
 
 
 _MODE = _NpuDevices()  # on from install to the end of the process
+
+
+def _default_device(kwargs: dict) -> dict:
+    """A factory given no device makes its tensor on torch's default device: where that is the
+    NPU (`torch.set_default_device("npu")`), it is named here, so that the tensor is placed as
+    an NPU one (torch's own default-device mode may run after this one, and hand "npu" to an
+    operator with no kernel of the NPU's backend key: `tril_indices`). Read from torch's mode as
+    `torch.get_default_device` reads it, without the tensor it makes to find an index."""
+    modes = [m for m in torch.overrides._get_current_function_mode_stack() if isinstance(m, DeviceContext)]
+    context = modes[-1] if modes else getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    default = getattr(context, "device", None)
+    return {**kwargs, "device": default} if default is not None and state.is_npu(default) else kwargs
 
 
 def _index(value: Any) -> bool:

@@ -506,3 +506,22 @@ def test_what_torch_compile_makes_returns_tensors_on_the_npu_its_inputs_are_on(
     result = run_cli("run", "--emulate", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["npu:0", "npu:0", "npu:0", "npu:0", "cpu"]
+
+
+DEFAULT_NPU = r"""
+import torch
+import torch_npu
+
+with torch.device("npu"):  # torch's default-device mode: factories with no kernel of the NPU's key too
+    scoped = torch.tril_indices(3, 3)
+torch.set_default_device("npu")  # PEFT's MonteCLoRA builds its indices so under --tests-device npu
+made = [torch.tril_indices(3, 3), torch.triu_indices(3, 3, 1), torch.zeros(2), torch.arange(3)]
+print(scoped.device, *(t.device for t in made), torch.tril_indices(3, 3, device="cpu").device)
+"""
+
+
+def test_factories_follow_a_default_device_of_the_npu(tmp_path: Path) -> None:
+    """torch_npu registers tril_indices and triu_indices (npu_native_functions.yaml): under an NPU
+    default device they make NPU tensors, as zeros and arange do; an explicit device still wins."""
+    printed = emulated(tmp_path, "default.py", DEFAULT_NPU).split()
+    assert printed == ["npu:0"] * 5 + ["cpu"]
