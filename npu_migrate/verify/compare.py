@@ -64,6 +64,7 @@ class Comparison:
 
 
 def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds) -> Comparison:
+    given = limits
     same = limits.rule == "tight" or (limits.rule == "auto" and original.backing == migrated.backing)
     coarsest = _coarsest(original, limits)
     limits, forward_dtype = _computed_in(limits, original)
@@ -143,26 +144,22 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
             f"{len(constant)} compared tensor(s) are constant in the original (such as {constant[0]}): "
             "their agreement proves little; perturb the weights the entry builds (README)"
         )
-    # the backward runs through whatever the forward computed in: its gradients carry that rounding
-    through = max(original.computed_in.values(), key=lambda d: limits.dtype_rtol.get(d, 0.0), default="")
-    floor = limits.dtype_rtol.get(through, 0.0)
-    # and its loss, a mean over many elements, carries that rounding averaged: held to the
-    # tolerance times the square root of how much coarser the dtype is than float32
-    coarse = max(floor, limits.dtype_rtol.get(forward_dtype, 0.0))
-    loss_rtol = limits.loss_rtol * max(1.0, math.sqrt(coarse / DTYPE_RTOL["float32"]))
-    training = replace(
-        limits,
-        dtype_rtol={d: BACKWARD_FACTOR * max(r, floor) for d, r in limits.dtype_rtol.items()},
-        loss_rtol=loss_rtol,
-    )
-    comparison.loss_rtol = loss_rtol
+    training = step_limits(given, original)
+    comparison.loss_rtol = training.loss_rtol
     comparison.steps = compare_steps(original, migrated, training, same)
     noise = max((step["noise_elements"] for step in comparison.steps), default=0)
     if noise:
+        resynced = (
+            f"; after each step the migrated side gave them the original's values and optimizer state "
+            f"({', '.join(map(str, migrated.resynced))} element(s)), so that the next step starts "
+            "from the same parameters"
+            if any(migrated.resynced)
+            else ""
+        )
         comparison.warnings.append(
             f"{noise} parameter element(s) had gradients within rounding of zero (a key bias before "
             "softmax has none in exact arithmetic): Adam-like optimizers turn that noise into full "
-            "steps, so their values after a step are not compared (their gradients are)"
+            f"steps, so their values after a step are not compared (their gradients are){resynced}"
         )
     comparison.memory = _memory(original, migrated)
     problems = list(migrated.state_mismatch)
@@ -245,6 +242,23 @@ def _through_half(rows: list[Row]) -> str:
     return (
         f"; rows computed through a coarser dtype than their own (the model casts to it around an "
         f"operator) are judged by that dtype's rounding ({counts})"
+    )
+
+
+def step_limits(limits: Thresholds, original: SideReport) -> Thresholds:
+    """The tolerances of training steps: the backward runs through whatever the forward computed
+    in, so gradients are held to BACKWARD_FACTOR times the tolerance of the least precise dtype
+    it computed in; the loss, a mean over many elements, carries that rounding averaged, and is
+    held to the loss tolerance times the square root of how much coarser the dtype is than
+    float32."""
+    limits, forward_dtype = _computed_in(limits, original)
+    through = max(original.computed_in.values(), key=lambda d: limits.dtype_rtol.get(d, 0.0), default="")
+    floor = limits.dtype_rtol.get(through, 0.0)
+    coarse = max(floor, limits.dtype_rtol.get(forward_dtype, 0.0))
+    return replace(
+        limits,
+        dtype_rtol={d: BACKWARD_FACTOR * max(r, floor) for d, r in limits.dtype_rtol.items()},
+        loss_rtol=limits.loss_rtol * max(1.0, math.sqrt(coarse / DTYPE_RTOL["float32"])),
     )
 
 

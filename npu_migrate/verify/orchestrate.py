@@ -13,9 +13,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from npu_migrate.verify import ranks, stand_ins
-from npu_migrate.verify.compare import Comparison, compare_runs
+from npu_migrate.verify.compare import Comparison, compare_runs, step_limits
 from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
@@ -66,7 +67,13 @@ class Result:
 
 
 def _side(
-    role: str, tree: Path, options: Options, device: str, work: Path, emulate: bool
+    role: str,
+    tree: Path,
+    options: Options,
+    device: str,
+    work: Path,
+    emulate: bool,
+    resync: tuple[str, dict[str, Any]] = ("", {}),
 ) -> list[SideReport]:
     """The side's report, one per rank under --nproc."""
     import torch
@@ -87,6 +94,8 @@ def _side(
         dump=str(options.dump / role) if options.dump else "",
         nproc=options.nproc,
         stand_ins=options.stand_ins,
+        original_steps=resync[0],
+        step_limits=resync[1],
     )
     path = work / f"{role}.json"
     path.write_text(json.dumps(asdict(request)))
@@ -212,7 +221,9 @@ class Runs:
             self._originals = _side("original", options.original, options, device, self.work, emulate=False)
         phase("running the migrated copy" + (" on the NPU emulation" if emulate else " on the NPU") + world)
         side_options = options if dump else replace(options, dump=None)
-        migrateds = _side("migrated", migrated, side_options, options.device_migrated, self.work, emulate)
+        resync = self._resync(emulate)
+        device = options.device_migrated
+        migrateds = _side("migrated", migrated, side_options, device, self.work, emulate, resync)
         phase("comparing")
         originals = self._originals
         comparisons = [compare_runs(a, b, options.limits) for a, b in zip(originals, migrateds, strict=True)]
@@ -222,3 +233,22 @@ class Runs:
         if options.nproc:
             result.rank, result.ranks = shown, comparisons
         return result
+
+    def _resync(self, emulate: bool) -> tuple[str, dict[str, Any]]:
+        """What the migrated side needs to give its steps' noise elements the original's values
+        (training.resync_noise): where the sides compute on the same hardware (the tight rule),
+        one process each, and the original trained."""
+        import torch
+
+        options = self.options
+        if not self._originals or not self._originals[0].steps or options.nproc:
+            return "", {}
+        original = self._originals[0]
+        backing = "cuda" if torch.cuda.is_available() else "cpu"  # the emulation's (emulation.state)
+        rule = options.limits.rule
+        if not (rule == "tight" or (rule == "auto" and emulate and original.backing == backing)):
+            return "", {}
+        path = self.work / "original-steps.pt"
+        if not path.exists():
+            torch.save(original.steps, path)
+        return str(path), asdict(step_limits(options.limits, original))

@@ -25,6 +25,11 @@ class SideRequest:
     realistic: bool = False  # the original side redraws its weights at unit-variance scale first
     nproc: int = 0  # ranks under torchrun (0: one plain process); state and out are then per rank
     stand_ins: dict[str, str] = field(default_factory=dict)  # original side: CUDA library -> release
+    # migrated side, training on the original's backing: the original's steps (torch.save'd) and
+    # the steps' Thresholds (as a dict), by which its noise elements are given the original's
+    # values after each step (training.resync_noise); "" and {}: not done
+    original_steps: str = ""
+    step_limits: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class SideReport:
     computed_within: dict[str, str] = field(default_factory=dict)
     stand_ins: list[str] = field(default_factory=list)  # original: CUDA libraries it ran on stand-ins
     answered: list[str] = field(default_factory=list)  # original: its CUDA asserts and devices answered
+    resynced: list[int] = field(default_factory=list)  # migrated: noise elements resynced, by step
 
     @property
     def where(self) -> str:

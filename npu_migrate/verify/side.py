@@ -382,7 +382,8 @@ def _run(
         report.onnx = onnx_report(model, inputs)
     root = Path(request.tree).resolve()
     if request.steps:
-        report.steps = _train(model, inputs, parts, request.steps, report, root, distributed)
+        resync = _resync(request) if request.original_steps and not distributed else None
+        report.steps = _train(model, inputs, parts, request.steps, report, root, distributed, resync)
     return report
 
 
@@ -447,7 +448,11 @@ def _train(
     report: SideReport,
     root: Path,
     distributed: bool,
+    resync: tuple[list[Step], Any] | None = None,
 ) -> list[Step]:
+    """`steps` training steps; with `resync` (the original's steps and their Thresholds), the
+    noise elements of each step's gradients take the original's values after it
+    (training.resync_noise)."""
     import torch
 
     from npu_migrate.verify.capture import RandomDraws, nbytes
@@ -487,11 +492,26 @@ def _train(
                 ms=(time.perf_counter() - start) * 1000,
             )
         )
+        if resync is not None and len(history) <= len(resync[0]):
+            from npu_migrate.verify.training import resync_noise
+
+            original = resync[0][len(history) - 1]
+            report.resynced.append(resync_noise(model, optimizer, original, grads, resync[1]))
     report.dropout = {site: sorted(asked) for site, asked in sorted(off.requested.items())}
     report.optimizer_bytes = sum(
         nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
     )
     return history
+
+
+def _resync(request: SideRequest) -> tuple[list[Step], Any]:
+    """The original's steps and the steps' Thresholds, handed for training.resync_noise."""
+    import torch
+
+    from npu_migrate.verify.tensors import Thresholds
+
+    steps = torch.load(request.original_steps, weights_only=False)
+    return steps, Thresholds(**request.step_limits)
 
 
 def training_state(model: Any, optimizer: Any | None, distributed: bool = False) -> dict[str, Any]:

@@ -150,18 +150,56 @@ def _add_noise(
     limits: Thresholds,
     floor: float,
 ) -> None:
-    """Mark the elements of a gradient that lie within the comparison's rounding band around zero
-    (relative to the tensor's rms or the model's gradient scale, the larger) and differ between
-    the sides by more than their own size allows: their sign and size are noise, and Adam-like
-    optimizers normalise noise into full steps, so the sides' parameters legitimately part there
-    from this step on."""
+    """Mark the elements of a gradient that are rounding noise (noise_mask): their sign and size
+    are noise, and Adam-like optimizers normalise noise into full steps, so the sides'
+    parameters legitimately part there from this step on."""
     if a.shape != b.shape or not a.is_floating_point() or not b.is_floating_point():
         return
+    marked = noise_mask(a, b, limits, floor)
+    noise[name] = noise[name] | marked if name in noise else marked
+
+
+def noise_mask(a: torch.Tensor, b: torch.Tensor, limits: Thresholds, floor: float) -> torch.Tensor:
+    """The elements of the original's gradient `a` that lie within the comparison's rounding band
+    around zero (relative to the tensor's rms or the model's gradient scale, the larger) and
+    that the migrated `b` differs from by more than their own size allows."""
     x, y = a.detach().double(), b.detach().double()
     rtol = limits.dtype_rtol.get(dtype_name(a), DTYPE_RTOL["float32"])
     band = rtol * max(float(x.pow(2).mean().sqrt()), floor)
-    marked = (x.abs() <= band) & ((x - y).abs() > rtol * x.abs())
-    noise[name] = noise[name] | marked if name in noise else marked
+    return (x.abs() <= band) & ((x - y).abs() > rtol * x.abs())
+
+
+def resync_noise(
+    model: torch.nn.Module, optimizer: Any, original: Step, grads: dict[str, torch.Tensor], limits: Thresholds
+) -> int:
+    """On the migrated side, after a step: the parameter elements whose gradient was rounding
+    noise (in a gradient that otherwise agrees, as compare_steps marks them) take the original's
+    values after the step, with their optimizer state, so that the full steps Adam makes of
+    noise on each side do not carry into the next step's gradients (their values are not
+    compared; what follows from them would be). Parameters the sides name or shape differently
+    are left as they are. The count of elements given."""
+    floor = _model_scale(original.grads.values())
+    given = 0
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            a, b = original.grads.get(name), grads.get(name)
+            after = original.state.get(f"parameter {name}")
+            if a is None or b is None or after is None:
+                continue
+            if a.shape != b.shape or after.shape != parameter.shape:
+                continue
+            if not a.is_floating_point() or not compare_tensors(name, name, a, b, limits, True, floor).passed:
+                continue
+            mask = noise_mask(a, b, limits, floor).to(parameter.device)
+            if not mask.any():
+                continue
+            parameter[mask] = after.to(parameter.device, parameter.dtype)[mask]
+            for key, value in optimizer.state.get(parameter, {}).items():
+                theirs = original.state.get(f"optimizer {name}.{key}")
+                if isinstance(value, torch.Tensor) and theirs is not None and value.shape == mask.shape:
+                    value[mask] = theirs.to(value.device, value.dtype)[mask]
+            given += int(mask.sum())
+    return given
 
 
 def _parameter_of(state_name: str) -> str:

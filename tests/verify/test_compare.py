@@ -145,3 +145,27 @@ def test_complex_tensors_are_compared_as_complex_numbers() -> None:
     row = compare_tensors("freqs_cis", "m", table, table.conj(), Thresholds(), True)
     assert not row.passed and row.dtype == "complex64"
     assert not compare_tensors("freqs_cis", "m", table, table.conj(), Thresholds(), False).passed
+
+
+def test_noise_elements_take_the_originals_values_after_a_step() -> None:
+    """Adam makes a full step of a gradient that is rounding noise, in a direction each side draws
+    by chance: on the migrated side such elements take the original's value and moments after the
+    step, in a gradient that otherwise agrees; a gradient that differs keeps its own."""
+    from npu_migrate.verify.training import resync_noise
+
+    model = torch.nn.Linear(4, 1, bias=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    grad = torch.tensor([[1.0, -2.0, 1e-9, 3.0]])
+    model.weight.grad = grad.clone()
+    optimizer.step()
+    after = {"parameter weight": torch.tensor([[5.0, 6.0, 7.0, 8.0]])}
+    after |= {f"optimizer weight.{k}": torch.full((1, 4), 9.0) for k in ("exp_avg", "exp_avg_sq")}
+    original = Step(1.0, 1.0, {"weight": grad}, after, 1.0)
+    ours = grad.clone()
+    ours[0, 2] = -1e-9  # the noise element, drawn the other way
+    before = model.weight.detach().clone()
+    assert resync_noise(model, optimizer, original, {"weight": ours}, Thresholds()) == 1
+    assert model.weight[0, 2] == 7.0 and optimizer.state[model.weight]["exp_avg"][0, 2] == 9.0
+    assert torch.equal(model.weight[0, [0, 1, 3]], before[0, [0, 1, 3]]), "agreeing elements keep theirs"
+    differing = ours * torch.tensor([[1.0, 1.5, 1.0, 1.0]])  # the gradient differs: not noise
+    assert resync_noise(model, optimizer, original, {"weight": differing}, Thresholds()) == 0
