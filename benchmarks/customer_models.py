@@ -122,13 +122,14 @@ MODELS += [
                 "internvl/model/internvl_chat/modeling_intern_vit.py",
                 "scale=q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,",
                 "scale=q.shape[-1] ** -0.45 if softmax_scale is None else softmax_scale,",
-                "vision_model.encoder.layers.0.attn",
+                "vision_model.encoder.layers.0.attn.inner_attn",
             ),
-            Planted(
-                "InternLM2's causal mask for npu_fusion_attention with its polarity inverted",
+            Planted(  # (an inverted compressed mask itself is refused, by torch_npu and the emulation)
+                "InternLM2's causal flag read inverted in the mask for npu_fusion_attention: tokens see "
+                "the ones after them",
                 "internvl/model/internlm2/modeling_internlm2.py",
-                "return torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)",
-                "return ~torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=device), diagonal=1)",
+                "right = 0 if causal else right",
+                "right = 0 if not causal else right",
                 "language_model.model.layers.0.attention",
             ),
             MODELS[0].planted[1],
