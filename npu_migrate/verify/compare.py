@@ -151,7 +151,7 @@ def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds)
     if noise:
         resynced = (
             f"; after each step the migrated side gave them the original's values and optimizer state "
-            f"({', '.join(map(str, migrated.resynced))} element(s)), so that the next step starts "
+            f"({', '.join(map(str, migrated.resynced))} element(s) by step), so that the next step starts "
             "from the same parameters"
             if any(migrated.resynced)
             else ""

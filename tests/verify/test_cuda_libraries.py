@@ -140,3 +140,55 @@ def test_float32_rows_made_through_bfloat16_are_judged_by_its_rounding(
     else:
         assert code == 1, output
         assert data["first_divergence"] == "blocks.0.self_attn"
+
+
+CHAT = CASES / "internvl_chat" / "original"
+
+
+@pytest.fixture(scope="module")
+def migrated_chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("chat") / "migrated"
+    applied = run_cli("apply", CHAT, "--unsafe", "--out", out, cwd=out.parent)
+    assert applied.returncode in (0, 1), applied.stderr
+    return out
+
+
+def test_a_flash_path_reached_through_globals_runs_fused_on_the_npu(
+    migrated_chat: Path, tmp_path: Path
+) -> None:
+    """InternVL's form (fixtures/verify/internvl_chat): flash-attn imported under other names in a
+    `try` and called through the globals it sets. The migration binds them to its helpers over
+    npu_fusion_attention, so the `try` succeeds and the model's own flash path runs on the NPU
+    (not its eager fallback, whose bfloat16 scores differ from a fused kernel's); the string that
+    chooses that path stays, held, and verify with the original on the stand-ins passes."""
+    decoder = (migrated_chat / "vlm" / "llm.py").read_text()
+    assert "import flash_attn" not in decoder and "from flash_attn" not in decoder
+    bound = "flash_attn_func, flash_attn_varlen_func = npu_flash_attn_func, npu_flash_attn_varlen_func"
+    assert bound in decoder
+    assert "'flash_attention_2' if use_flash_attn" in (migrated_chat / "vlm" / "chat.py").read_text()
+    code, data, output = verify(tmp_path, "--original", CHAT, "--migrated", migrated_chat, "--steps", "2")
+    assert code == 0, output
+    assert data["original"]["stand_ins"] == ["flash-attn 2.8.3 (flash_attn)"]
+    assert data["migrated"]["fused_calls"]["npu_fusion_attention"] > 0
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "module"),
+    [
+        (  # the vision encoder's packed varlen attention scaled by d ** -0.45 in the helper
+            "vlm/vit.py", "scale=q.shape[-1] ** -0.5 if", "scale=q.shape[-1] ** -0.45 if",
+            "vision_model.attn.inner_attn",
+        ),
+        (  # the causal flag read inverted: the decoder's tokens see the ones after them
+            "vlm/llm.py", "right = 0 if causal else right", "right = 0 if not causal else right",
+            "language_model.layers.0.attention",
+        ),
+    ],
+)  # fmt: skip
+def test_a_bug_in_the_bound_flash_path_is_blamed_where_it_was_planted(
+    migrated_chat: Path, file: str, old: str, new: str, module: str, tmp_path: Path
+) -> None:
+    planted = _planted(migrated_chat, tmp_path, file, old, new)
+    code, data, output = verify(tmp_path, "--original", CHAT, "--migrated", planted)
+    assert code == 1, output
+    assert data["first_divergence"] == module, output
