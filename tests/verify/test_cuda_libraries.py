@@ -18,11 +18,17 @@ pytest.importorskip("torch")
 TREE = CASES / "wan_dit" / "original"
 
 
+def applied(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tree migrated with `apply --unsafe`, in a folder of its own."""
+    out = tmp_path_factory.mktemp(tree.parent.name) / "migrated"
+    done = run_cli("apply", tree, "--unsafe", "--out", out, cwd=out.parent)
+    assert done.returncode in (0, 1), done.stderr
+    return out
+
+
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wan") / "migrated"
-    applied = run_cli("apply", TREE, "--unsafe", "--out", out, cwd=out.parent)
-    assert applied.returncode in (0, 1), applied.stderr
+    out = applied(TREE, tmp_path_factory)
     assert "npu_fusion_attention" in (out / "dit" / "attention.py").read_text()
     return out
 
@@ -147,10 +153,7 @@ CHAT = CASES / "internvl_chat" / "original"
 
 @pytest.fixture(scope="module")
 def migrated_chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("chat") / "migrated"
-    applied = run_cli("apply", CHAT, "--unsafe", "--out", out, cwd=out.parent)
-    assert applied.returncode in (0, 1), applied.stderr
-    return out
+    return applied(CHAT, tmp_path_factory)
 
 
 def test_a_flash_path_reached_through_globals_runs_fused_on_the_npu(
