@@ -172,10 +172,12 @@ class FileContext:
 
     def forget_replaced(self, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
         """A template replaced `original`: the findings inside it whose code the replacement no
-        longer holds are gone with it (what a metavariable carried over is still there)."""
+        longer holds are gone with it (what a metavariable carried over is still there), the
+        fixes inside it too where their result is not in it (the callee a name rule rewrote, in
+        a call a call rule rewrote whole)."""
         inside = {id(n) for n in subtree(original)} - {id(original)}
         text = self.module.code_for_node(replacement)
-        self.matches = [m for m in self.matches if m.applied or id(m.node) not in inside or m.code in text]
+        self.matches = [m for m in self.matches if id(m.node) not in inside or _carried(m, text)]
 
     def drop_unaccompanied(self) -> None:
         """Matches of rules that report only beside another rule's match (Rule.only_with), where
@@ -304,6 +306,12 @@ class FileContext:
     def droppable_checks(self) -> set[str]:
         """The checks for a CUDA package the applied fixes replace (Fix.drop_checks)."""
         return {name for fix in self._applied_fixes for name in fix.drop_checks}
+
+
+def _carried(match: Match, text: str) -> bool:
+    """Whether a replacement's code still holds a match from inside what it replaced: a fix's
+    result, else the code the match reported."""
+    return (match.replacement if match.applied and match.replacement else match.code) in text
 
 
 def _code_of_fixed(module: cst.Module, fixed: Fixed | None) -> str | None:
