@@ -87,6 +87,13 @@ def spelled_by_the_module(text: str, where: ModulePath) -> set[str]:
     return words
 
 
+def _literal(regex: str) -> bytes | None:
+    """The text a regex anchored at both ends matches, where it matches only one (no regex
+    syntax between the anchors), else None."""
+    core = regex.removeprefix("^").removesuffix("$")
+    return core.encode() if core and re.escape(core) == core else None
+
+
 class Prefilter:
     def __init__(self) -> None:
         self.alternatives: set[frozenset[str]] = set()
@@ -104,6 +111,7 @@ class Prefilter:
         starts right after an opening quote (prose in comments does not count)."""
         self._regexes.append(regex)
         self._regex = None  # compiled, all in one, when first needed
+        self.__dict__.pop("_literals", None)
 
     def need_fragment(self, fragment: str) -> None:
         """A rule about imported modules whose names hold `fragment` (`_cuda` in
@@ -123,10 +131,19 @@ class Prefilter:
 
     def may_spell(self, data: bytes) -> bool:
         """A quick test that may_match passes: every token of one alternative occurs in the
-        bytes, as a substring (a file that needs a regex or a fragment passes)."""
-        if self._regexes or self._fragments:
+        bytes, as a substring, or the text a literal regex matches does (a file that needs
+        another regex or a fragment passes)."""
+        literals = [literal for literal in self._literals if literal is not None]
+        if self._fragments or len(literals) < len(self._regexes):
             return True
-        return any(all(word in data for word in words) for words in self._spelled)
+        return any(literal in data for literal in literals) or any(
+            all(word in data for word in words) for words in self._spelled
+        )
+
+    @functools.cached_property
+    def _literals(self) -> list[bytes | None]:
+        """Each regex's one text where it matches only that (`^flash_attention_2$`), else None."""
+        return [_literal(regex) for regex in self._regexes]
 
     @functools.cached_property
     def _spelled(self) -> list[tuple[bytes, ...]]:

@@ -164,6 +164,20 @@ def test_the_prefilter_skips_prose_but_not_any_spelling_of_a_name() -> None:
     assert {".load", ".save"} <= tokens("from torch import save, \\\n    load\n")
 
 
+def test_a_string_rule_whose_regex_is_one_text_needs_that_text_in_the_file() -> None:
+    """A file that never spells "flash_attention_2" cannot hold that literal: the quick byte test
+    says so (NPU844's hold words are looked for only where it passes); any other regex passes."""
+    from npu_migrate.prefilter import Prefilter
+
+    literal = Prefilter()
+    literal.need_regex("^flash_attention_2$")
+    assert literal.may_spell(b'model(attn_implementation="flash_attention_2")')
+    assert not literal.may_spell(b'model(attn_implementation="sdpa")')
+    pattern = Prefilter()
+    pattern.need_regex("^flash_attention_[23]$")
+    assert pattern.may_spell(b"x = 1")
+
+
 def test_findings_inside_code_a_template_replaced_go_with_it() -> None:
     code = "import torch\nbf16 = torch.cuda.get_device_capability()[0] >= 8\n"
     result = migrate_source(code.encode(), INDEX, frozenset({Applicability.safe, Applicability.unsafe}))
