@@ -188,9 +188,8 @@ class NameMatcher(Matcher):
         for alias, plan in zip(updated.names, planned, strict=True):
             if plan is None:  # a rule whose template replaces the uses reports them, not the import
                 qualified = f"{base}.{alias.evaluated_name}"
-                candidates += [c for c in self.kind.ranked(qualified, whole=True) if not _templated(c.rule)][
-                    :1
-                ]
+                reports = [c for c in self.kind.ranked(qualified, whole=True) if not _templated(c.rule)]
+                candidates += reports[:1]
         proposed = regroup(updated, base, planned, self.ctx.plan)
         held = None
         if isinstance(proposed, cst.ImportFrom) and proposed.deep_equals(updated):  # a rename keeps it
