@@ -65,7 +65,7 @@ class Comparison:
 
 def compare_runs(original: SideReport, migrated: SideReport, limits: Thresholds) -> Comparison:
     given = limits
-    same = limits.rule == "tight" or (limits.rule == "auto" and original.backing == migrated.backing)
+    same = same_hardware(limits.rule, original.backing, migrated.backing)
     coarsest = _coarsest(original, limits)
     limits, forward_dtype = _computed_in(limits, original)
     theirs = {key: (module, tensor) for key, module, tensor in migrated.rows}
@@ -243,6 +243,11 @@ def _through_half(rows: list[Row]) -> str:
         f"; rows computed through a coarser dtype than their own (the model casts to it around an "
         f"operator) are judged by that dtype's rounding ({counts})"
     )
+
+
+def same_hardware(rule: str, original: str, migrated: str) -> bool:
+    """Whether the tight rule judges two sides that computed on these backings (`--rule`)."""
+    return rule == "tight" or (rule == "auto" and original == migrated)
 
 
 def step_limits(limits: Thresholds, original: SideReport) -> Thresholds:

@@ -3,7 +3,6 @@ side, run that (on a real NPU, else on the emulation), and compare what both rec
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_migrate.verify import ranks, stand_ins
-from npu_migrate.verify.compare import Comparison, compare_runs, step_limits
+from npu_migrate.verify.compare import Comparison, compare_runs, same_hardware, step_limits
 from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
@@ -188,15 +187,15 @@ class Runs:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._stack = contextlib.ExitStack()
+        self._folder = tempfile.TemporaryDirectory(prefix="npu-migrate-verify-")
+        self.work = Path(self._folder.name)
         self._originals: list[SideReport] | None = None
 
     def __enter__(self) -> Runs:
-        self.work = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="npu-migrate-verify-")))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        self._folder.cleanup()
 
     def against(
         self, migrated: Path, phase: Callable[[str], None] = lambda _: None, dump: bool = True
@@ -244,9 +243,8 @@ class Runs:
         if not self._originals or not self._originals[0].steps or options.nproc:
             return "", {}
         original = self._originals[0]
-        backing = "cuda" if torch.cuda.is_available() else "cpu"  # the emulation's (emulation.state)
-        rule = options.limits.rule
-        if not (rule == "tight" or (rule == "auto" and emulate and original.backing == backing)):
+        backing = ("cuda" if torch.cuda.is_available() else "cpu") if emulate else "npu"  # emulation.state
+        if not same_hardware(options.limits.rule, original.backing, backing):
             return "", {}
         path = self.work / "original-steps.pt"
         if not path.exists():
