@@ -153,10 +153,10 @@ def fuse_weights(original: dict[str, Any], migrated: dict[str, Any]) -> tuple[di
     import torch
 
     weights = dict(original)
-    spare = [name for name in original if name not in migrated]
+    spare = [name for name, value in original.items() if name not in migrated and torch.is_tensor(value)]
     fused = []
     for name, target in migrated.items():
-        if name in original or "." not in name:
+        if name in original or "." not in name or not torch.is_tensor(target):
             continue
         parent, _, leaf = name.rpartition(".")
         parent = parent.rpartition(".")[0]
@@ -388,10 +388,16 @@ def _run(
 
 
 def _weights(model: Any, distributed: bool) -> dict[str, Any]:
-    """The model's parameters and buffers by name, on the CPU (a rank's: gathered, unwrapped)."""
+    """The model's parameters and buffers by name, on the CPU (a rank's: gathered, unwrapped); a
+    module's extra state as it is (Megatron's layers give None)."""
+    import torch
+
     if distributed:
         return ranks.model_state(model)
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    return {
+        k: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v
+        for k, v in model.state_dict().items()
+    }
 
 
 def _load_weights(model: Any, weights: dict[str, Any], distributed: bool) -> tuple[list[str], list[str]]:

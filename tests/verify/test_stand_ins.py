@@ -391,6 +391,40 @@ def test_transformer_engine_modules_hold_its_parameter_names_and_semantics() -> 
         te.Linear(16, 16, tp_size=2)
 
 
+def test_transformer_engine_grouped_linear_tracker_and_fp8_types_megatron_imports() -> None:
+    """What megatron-core 0.12.1 imports from TE at module level once TE imports (its
+    extensions subclass GroupedLinear and the RNG tracker; fp8_utils asks for QuantizedTensor):
+    GroupedLinear computes each row block with its own weight (`weight0`, `weight1`...), the
+    tracker forks into a named stream and back, and the FP8 tensor types exist but FP8 is not
+    emulated."""
+    from npu_migrate.verify.stand_ins import te
+
+    torch.manual_seed(11)
+    grouped = te.GroupedLinear(3, 8, 4, return_bias=True)
+    assert list(grouped.state_dict()) == ["weight0", "bias0", "weight1", "bias1", "weight2", "bias2"]
+    x = torch.randn(7, 8)
+    out, biases = grouped(x, [2, 0, 5])
+    expected = torch.cat([x[:2] @ grouped.weight0.T, x[2:] @ grouped.weight2.T])
+    assert torch.allclose(out, expected) and len(biases) == 3
+    with pytest.raises(ValueError, match="Number of splits should match number of GEMMs"):
+        grouped(x, [7])
+    tracker = te.CudaRNGStatesTracker()
+    tracker.add("model-parallel-rng", 123)
+    torch.manual_seed(5)
+    outside = torch.rand(3)
+    torch.manual_seed(5)
+    with tracker.fork():
+        inside = torch.rand(2)
+    assert torch.equal(torch.rand(3), outside)  # the default stream goes on as if no fork
+    torch.manual_seed(123)
+    assert torch.equal(inside, torch.rand(2))  # the tracker's stream, seeded 123
+    with pytest.raises(Exception, match="is not added"), tracker.fork("other"):
+        pass
+    assert issubclass(te.Float8Tensor, te.QuantizedTensor)
+    with pytest.raises(NotImplementedError, match="FP8 is not emulated"):
+        te.replace_raw_data(torch.empty(1), torch.empty(1))
+
+
 def test_transformer_engine_attention_formats_and_masks_match_sdpa() -> None:
     """sbhd causal, bshd with a padding mask (True: masked out), thd packed: each as SDPA
     computes it on [b, h, s, d] with the mask's complement."""
@@ -437,3 +471,21 @@ def test_cuda_devices_named_by_the_tree_run_on_the_sides_device() -> None:
     assert lengths.device.type == moved.device.type == kept.device.type == "cpu"
     site = "test_stand_ins.py:test_cuda_devices_named_by_the_tree_run_on_the_sides_device"
     assert devices.described() == [f"{site}: 3 call(s) on cuda run on cpu"]
+
+
+def test_the_current_cuda_device_index_names_the_sides_device() -> None:
+    """Megatron's `.to(device=torch.cuda.current_device())`: the index is 0 and the integer
+    device it names is the side's; outside the mode torch.cuda is torch's again."""
+    from npu_migrate.verify.stand_ins.cuda_devices import CudaDevices
+
+    with CudaDevices(Path(__file__).parent, "cpu") as devices:
+        index = torch.cuda.current_device()
+        moved = torch.ones(2).to(device=index)
+        positional = torch.ones(2).to(index)
+        made = torch.zeros(2, device=0)
+    assert index == 0 and moved.device.type == positional.device.type == made.device.type == "cpu"
+    site = "test_stand_ins.py:test_the_current_cuda_device_index_names_the_sides_device"
+    assert devices.described() == [f"{site}: 4 call(s) on cuda run on cpu"]
+    if not torch.cuda.is_available():
+        with pytest.raises((AssertionError, RuntimeError)):
+            torch.cuda.current_device()

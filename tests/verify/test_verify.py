@@ -404,6 +404,20 @@ def test_non_tensor_outputs_and_a_crashing_side_are_clear(tmp_path: Path) -> Non
     assert "in forward" in output and "RuntimeError" in output and "npu_migrate" not in output
 
 
+def test_a_module_extra_state_that_is_no_tensor_is_handed_over_as_it_is(tmp_path: Path) -> None:
+    """Megatron's layers keep `_extra_state` in their state dict, None outside FP8: the migrated
+    side is given it as it is (the weights' handover crashed on `None.detach()`)."""
+    tree = write_tree(
+        tmp_path / "extra",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 2)\n\n    def get_extra_state(self):\n        return None\n\n"
+        "    def set_extra_state(self, state):\n        assert state is None\n\n"
+        "    def forward(self, x):\n        return self.lin(x)\n",
+    )
+    code, data, output = verify(tmp_path, "--original", tree, "--migrated", tree)
+    assert code == 0 and data["passed"], output
+
+
 def test_dtype_tolerances_are_configurable(tmp_path: Path) -> None:
     _, default, _ = verify(tmp_path, *pair("cnn", "migrated"))
     _, loose, _ = verify(tmp_path, *pair("cnn", "migrated"), "--rtol", "float32=0.5")

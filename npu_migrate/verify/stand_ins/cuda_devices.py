@@ -1,7 +1,10 @@
 """The original's CUDA device names, answered where it runs as the reference without CUDA: a
 torch call the tree makes with `device="cuda"` (HunyuanVideo's `get_cu_seqlens` builds its
 lengths with `torch.zeros(..., device="cuda")`), `.cuda()` or `.to("cuda")` gets the side's
-device instead, at run time (a torch function mode), counted by the call site in the tree."""
+device instead, at run time (a torch function mode), counted by the call site in the tree. So
+does the index `torch.cuda.current_device()` gives (Megatron's `.to(device=torch.cuda.
+current_device())`): the function says 0 instead of raising, and an integer device in a `device=`
+argument or `.to(i)`, which names a CUDA device, is the side's device."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ def _names_cuda(value: Any) -> bool:
     return isinstance(value, torch.device) and value.type == "cuda"
 
 
+def _index(value: Any) -> bool:
+    """An integer device: CUDA's device of that index (the accelerator's, which here is CUDA)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class CudaDevices(TorchFunctionMode):
     """Replaces CUDA devices in the arguments of torch calls made from the tree."""
 
@@ -27,6 +35,20 @@ class CudaDevices(TorchFunctionMode):
         super().__init__()
         self.root, self.device = root.resolve(), torch.device(device)
         self.sites: Counter[str] = Counter()
+        self._current_device: Any = None
+
+    def __enter__(self) -> CudaDevices:
+        self._current_device = torch.cuda.current_device
+        torch.cuda.current_device = self._device_index
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.current_device = self._current_device
+        super().__exit__(*exc)
+
+    def _device_index(self) -> int:
+        self._answered()
+        return 0
 
     def _answered(self) -> None:
         from npu_migrate.verify.capture import caller_in
@@ -38,6 +60,10 @@ class CudaDevices(TorchFunctionMode):
         if func is torch.Tensor.cuda:
             self._answered()
             return args[0].to(self.device)
+        if func is torch.Tensor.to and len(args) > 1 and _index(args[1]):
+            args = (args[0], "cuda", *args[2:])
+        if _index(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cuda"}
         if any(_names_cuda(a) for a in args) or any(_names_cuda(v) for v in kwargs.values()):
             self._answered()
             if func is torch.device:  # torch.device("cuda", 0)

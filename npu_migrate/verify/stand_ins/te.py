@@ -92,6 +92,49 @@ class Linear(nn.Module):
         return _returned(out, self.bias, self.return_bias)
 
 
+class GroupedLinear(nn.Module):
+    """`num_gemms` Linears over consecutive row blocks of one input (`m_splits` rows each), as a
+    mixture of experts runs its experts; weights `weight0`, `weight1`... as TE's checkpoints."""
+
+    def __init__(
+        self,
+        num_gemms: int,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        init_method: Any = None,
+        params_dtype: torch.dtype | None = None,
+        device: Any = None,
+        return_bias: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        _one_rank(kwargs)
+        self.num_gemms, self.return_bias = num_gemms, return_bias
+        for i in range(num_gemms):
+            weight = nn.Parameter(torch.empty(out_features, in_features, dtype=_dtype(params_dtype)))
+            _initialise(weight, init_method)
+            self.register_parameter(f"weight{i}", weight)
+            biased = nn.Parameter(torch.zeros(out_features, dtype=_dtype(params_dtype))) if bias else None
+            self.register_parameter(f"bias{i}", biased)
+
+    def forward(self, x: Tensor, m_splits: list[int], is_first_microbatch: bool | None = None) -> Any:
+        if len(m_splits) != self.num_gemms:
+            raise ValueError(
+                f"Number of splits should match number of GEMMs: {len(m_splits)} != {self.num_gemms}"
+            )
+        weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
+        biases = [getattr(self, f"bias{i}") for i in range(self.num_gemms)]
+        rows = torch.split(x.reshape(-1, x.shape[-1]), list(m_splits))
+        out = torch.cat(
+            [
+                F.linear(r, w, None if self.return_bias else b)
+                for r, w, b in zip(rows, weights, biases, strict=True)
+            ]
+        ).view(*x.shape[:-1], -1)
+        return (out, biases) if self.return_bias else out
+
+
 def _gamma(size: int, dtype: torch.dtype, zero_centered: bool) -> nn.Parameter:
     """A norm's scale: ones, or zeros where it is zero-centred (the norm scales by 1 + gamma)."""
     return nn.Parameter((torch.zeros if zero_centered else torch.ones)(size, dtype=dtype))
@@ -351,3 +394,77 @@ class DelayedScaling:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args, self.kwargs = args, kwargs
+
+
+class QuantizedTensor(torch.Tensor):
+    """TE 2.x's base of its FP8 tensors (`transformer_engine.pytorch.tensor`): projects test
+    `isinstance(t, QuantizedTensor)`; none is ever made, FP8 not being emulated."""
+
+
+class Float8Tensor(QuantizedTensor):
+    """TE's delayed- and current-scaling FP8 tensor (`...tensor.float8_tensor`): never made."""
+
+
+def _fp8_only(name: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(f"transformer_engine.pytorch.tensor.utils.{name}: FP8 is not emulated")
+
+    refuse.__name__ = name
+    return refuse
+
+
+replace_raw_data = _fp8_only("replace_raw_data")
+cast_master_weights_to_fp8 = _fp8_only("cast_master_weights_to_fp8")
+
+
+class CudaRNGStatesTracker:
+    """TE's model-parallel RNG tracker (`transformer_engine.pytorch.distributed`), which
+    Megatron's TE tracker subclasses: named generator states, forked into for a block. On the
+    original side's device: the CPU generator's states where no CUDA is present."""
+
+    def __init__(self) -> None:
+        self.states_: dict[str, Tensor] = {}
+
+    def _device_state(self) -> Tensor:
+        return torch.cuda.get_rng_state() if torch.cuda.is_available() else torch.get_rng_state()
+
+    def _set_device_state(self, state: Tensor) -> None:
+        (torch.cuda.set_rng_state if torch.cuda.is_available() else torch.set_rng_state)(state)
+
+    def reset(self) -> None:
+        self.states_ = {}
+
+    def get_states(self) -> dict[str, Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states: dict[str, Tensor]) -> None:
+        self.states_ = dict(states)
+
+    def add(self, name: str, seed: int) -> None:
+        if name in self.states_:
+            raise Exception(f"cuda rng state {name} already exists")
+        saved = self._device_state()
+        torch.manual_seed(seed)
+        self.states_[name] = self._device_state()
+        self._set_device_state(saved)
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+        if name not in self.states_:
+            raise Exception(f"cuda rng state {name} is not added")
+        saved = self._device_state()
+        self._set_device_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = self._device_state()
+            self._set_device_state(saved)
+
+
+def checkpoint(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """TE's activation recomputation (`transformer_engine.pytorch.distributed.checkpoint`): its
+    own keyword arguments (distribute_saved_activations, get_rng_state_tracker, tp_group...)
+    taken, torch's non-reentrant checkpoint run."""
+    for own in ("distribute_saved_activations", "get_rng_state_tracker", "tp_group", "use_reentrant"):
+        kwargs.pop(own, None)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, **kwargs)

@@ -2,6 +2,7 @@
 
 from npu_migrate.verify.stand_ins.te import (
     DotProductAttention,
+    GroupedLinear,
     LayerNorm,
     LayerNormLinear,
     LayerNormMLP,
@@ -11,13 +12,18 @@ from npu_migrate.verify.stand_ins.te import (
     fp8_model_init,
 )
 
+from . import distributed, tensor
+
 __all__ = [
     "DotProductAttention",
+    "GroupedLinear",
     "LayerNorm",
     "LayerNormLinear",
     "LayerNormMLP",
     "Linear",
     "RMSNorm",
+    "distributed",
     "fp8_autocast",
     "fp8_model_init",
+    "tensor",
 ]
