@@ -5,11 +5,13 @@ where: cli/selection.py."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any
 
 if sys.version_info >= (3, 11):
@@ -144,16 +146,17 @@ def selected(code: str, select: tuple[str, ...] | None, ignore: tuple[str, ...])
 
 
 def load_config(explicit: Path | None, start: Path) -> Config:
-    path = explicit or _nearest(start)
+    if explicit is not None:
+        path: Path | None = explicit
+        table = _table(explicit)
+        if table is None and explicit.name == "pyproject.toml":
+            raise ConfigError(f"{explicit} has no [tool.npu-migrate] table")
+    else:
+        path, table = _nearest(start)
     if path is None:
         return Config(Settings(), Path.cwd())
-    table = _table(path)
-    if table is None:
-        if explicit is not None and path.name == "pyproject.toml":
-            raise ConfigError(f"{path} has no [tool.npu-migrate] table")
-        table = {}
     try:
-        return Config(Settings.of(table), path.parent, path)
+        return Config(Settings.of(table or {}), path.parent, path)
     except _Invalid as exc:
         raise ConfigError(f"{path}: [tool.npu-migrate] {exc}") from None
 
@@ -186,14 +189,27 @@ def _table(path: Path, explicit: bool = True) -> dict | None:
     return table if isinstance(table, dict) else None
 
 
-def _nearest(start: Path) -> Path | None:
+def _nearest(start: Path) -> tuple[Path | None, dict | None]:
+    """The nearest pyproject.toml with our table, from `start` up, and the table."""
     folder = start.resolve()
     folder = folder if folder.is_dir() else folder.parent
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and _table(pyproject, explicit=False) is not None:
-            return pyproject
-    return None
+        try:
+            stat = pyproject.stat()
+        except OSError:
+            continue
+        table = _found_table(pyproject, stat.st_mtime_ns, stat.st_size) if S_ISREG(stat.st_mode) else None
+        if table is not None:
+            return pyproject, table
+    return None, None
+
+
+@functools.lru_cache(maxsize=64)
+def _found_table(pyproject: Path, mtime_ns: int, size: int) -> dict | None:
+    """Our table of a pyproject.toml found on the way up, read once per version of the file (a
+    run looks up from each folder of a tree, and they share their parents')."""
+    return _table(pyproject, explicit=False)
 
 
 def _spec(patterns: list[str]) -> pathspec.PathSpec:

@@ -93,6 +93,8 @@ class _Ignores:
 def printable(name: str) -> str:
     """A file name as reports can show it on one line: undecodable bytes and control characters
     (a newline, a terminal escape) escaped."""
+    if name.isprintable():  # the common case, without a pass per character
+        return name
     name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in name)
 
@@ -214,11 +216,11 @@ def file_kind(path: str, first_line: bytes) -> str | None:
     """What a file is to npu-migrate (its handler in the pipeline): by its name ("setup.py",
     "pyproject", "requirements", ...; a text file in a `requirements` folder too), its suffix
     ("python", "notebook", "shell") or else its shebang; None: nothing it reads."""
-    name, folder = PurePath(path).name, PurePath(path).parent.name
+    parent, name = os.path.split(path)  # string operations: every file of a walk comes here
     kind = NAMES.get(name) or next((k for p, k in PATTERNS if p.fullmatch(name.lower())), None)
-    if kind is None and folder == "requirements" and name.endswith((".txt", ".in")):
+    if kind is None and os.path.basename(parent) == "requirements" and name.endswith((".txt", ".in")):
         kind = "requirements"
-    kind = kind or SUFFIXES.get(PurePath(name).suffix)
+    kind = kind or SUFFIXES.get(os.path.splitext(name)[1])
     if kind == "config" and CI_FOLDERS & set(PurePath(path).parts):
         return None  # a CI workflow picks runners and images for the repository's own tests
     if kind is not None or not first_line.startswith(b"#!"):
@@ -264,9 +266,13 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
     found: list[SourceFile] = []
     seen: set[Path] = set()
 
-    def add(path: Path, display: str, root: Path | None) -> None:
+    def add(path: Path, display: str, root: Path | None, real_folder: Path | None = None) -> None:
+        """`real_folder`: the walk's folder resolved, which a file in it that is no link is in."""
         try:  # a link found in a tree is itself (its target is found where it lives)
-            key = path.absolute() if root is not None and path.is_symlink() else path.resolve()
+            if root is not None and path.is_symlink():
+                key = path.absolute()
+            else:
+                key = real_folder / path.name if real_folder is not None else path.resolve()
         except (OSError, RuntimeError):  # a loop of links: _load says so
             key = path.absolute()
         if key not in seen:
@@ -301,6 +307,7 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
                     shown = printable(str(top / (rel_here / name).as_posix())) + "/"
                     found.append(SourceFile(Path(folder) / name, shown, skipped=IGNORED_FOLDER))
             dirs[:] = kept
+            real_folder = Path(folder).resolve()
             for name in sorted(names):
                 path = Path(folder) / name
                 if not _readable(path, True, max_bytes):
@@ -310,5 +317,5 @@ def discover(paths: list[Path], max_bytes: int = DEFAULT_MAX_BYTES) -> list[Sour
                         SourceFile(path, printable(str(top / (rel_here / name).as_posix())), skipped=IGNORED)
                     )
                 else:
-                    add(path, str(top / (rel_here / name).as_posix()), top)
+                    add(path, str(top / (rel_here / name).as_posix()), top, real_folder)
     return found

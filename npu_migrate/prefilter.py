@@ -136,9 +136,11 @@ class Prefilter:
         literals = [literal for literal in self._literals if literal is not None]
         if self._fragments or len(literals) < len(self._regexes):
             return True
-        return any(literal in data for literal in literals) or any(
-            all(word in data for word in words) for words in self._spelled
-        )
+        if any(literal in data for literal in literals):
+            return True
+        if any(word not in data for word in self._common):  # one search rules out every alternative
+            return False
+        return any(all(word in data for word in words) for words in self._spelled)
 
     @functools.cached_property
     def _literals(self) -> list[bytes | None]:
@@ -152,6 +154,14 @@ class Prefilter:
             tuple(sorted((t.lstrip(".").encode() for t in needs), key=len, reverse=True))
             for needs in self.alternatives
         ]
+
+    @functools.cached_property
+    def _common(self) -> tuple[bytes, ...]:
+        """The words every alternative needs (the profiler rules' `profiler`), longest first."""
+        if not self._spelled:
+            return ()
+        common = set(self._spelled[0]).intersection(*self._spelled[1:])
+        return tuple(sorted(common, key=len, reverse=True))
 
     def may_match_module(self, text: str, counts: Counter[str], where: ModulePath) -> bool:
         """`may_match` for a Python file (`text` decoded as latin-1) that is module `where`."""
