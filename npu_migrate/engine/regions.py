@@ -33,6 +33,7 @@ from npu_migrate.model import NO_MODULE, ModulePath
 from npu_migrate.prefilter import TOP_LEVEL_DEFINITION, imports_fragment
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
+_OTHER_LINE_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines breaks and Python does not
 _QUOTE = re.compile("[\"']")
 _WINDOW = 1024
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -341,7 +342,8 @@ def import_bindings(
             first -= 1
         for last in range(line, min(line + _IMPORT_LINES, len(lines))):
             try:
-                tree = ast.parse(textwrap.dedent("".join(lines[first : last + 1])))
+                statement = "".join(lines[first : last + 1])
+                tree = ast.parse(textwrap.dedent(statement) if statement[:1] in " \t" else statement)
             except SyntaxError:
                 continue
             table.add_ast(ast.walk(tree))
@@ -375,6 +377,8 @@ def byte_span(node: ast.expr, starts: list[int]) -> tuple[int, int]:
 def split_lines(text: str) -> list[str]:
     """The lines of a source, each with its line break, as Python numbers them (str.splitlines
     also breaks at form feeds and other characters that Python does not count)."""
+    if not any(other in text for other in _OTHER_LINE_BREAKS):  # most files: str's own split is Python's
+        return text.splitlines(keepends=True)
     lines, start = [], 0
     for match in NEWLINE.finditer(text):
         lines.append(text[start : match.end()])
