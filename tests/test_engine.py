@@ -3,6 +3,9 @@ encodings, BOMs and line endings kept, strings that are not devices left alone."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from npu_migrate.engine.index import RuleIndex
@@ -11,6 +14,7 @@ from npu_migrate.engine.names import name_matches
 from npu_migrate.engine.source import migrate_source
 from npu_migrate.model import Applicability, ModulePath
 from npu_migrate.rules.load import load_rules
+from tests.fixture_cases import run_cli
 
 SAFE = frozenset({Applicability.safe})
 INDEX = RuleIndex(load_rules())
@@ -360,3 +364,40 @@ def test_a_callee_index_finds_what_each_callee_names(qualified: str | None, meth
 
     index = CalleeIndex((callees, i) for i, callees in enumerate(CALLEES))
     assert index.of(qualified, method) == [i for i, callees in enumerate(CALLEES) if named(callees)]
+
+
+FLAX_ROPE = '''"""transformers' modeling_flax_llama.py: the Flax copy of the PyTorch model beside it."""
+import jax.numpy as jnp
+
+
+def rotate_half(tensor):
+    half = tensor.shape[-1] // 2
+    return jnp.concatenate((-tensor[..., half:], tensor[..., :half]), axis=-1)
+
+
+def apply_rotary_pos_emb(tensor, sin_pos, cos_pos):
+    return (tensor * cos_pos) + (rotate_half(tensor) * sin_pos)
+'''
+
+
+def test_a_fused_swap_is_not_made_in_another_frameworks_copy_of_the_model(tmp_path: Path) -> None:
+    """transformers ships Flax and TensorFlow copies of its PyTorch models; their RoPE reads as
+    the PyTorch one does, on JAX arrays that torch_npu's operators do not take. `apply --unsafe`
+    swaps the PyTorch file's RoPE for npu_rotary_mul and leaves the Flax file byte-identical,
+    with no finding there."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "modeling_flax_llama.py").write_text(FLAX_ROPE)
+    torch_copy = (
+        FLAX_ROPE.replace("import jax.numpy as jnp", "import torch")
+        .replace("jnp.concatenate(", "torch.cat(")
+        .replace("axis=-1", "dim=-1")
+    )
+    (source / "modeling_llama.py").write_text(torch_copy)
+    scanned = run_cli("scan", str(source), "--format", "json", "--no-cache", cwd=tmp_path)
+    files = {Path(f["file"]).name for f in json.loads(scanned.stdout)["findings"]}
+    assert files == {"modeling_llama.py"}, scanned.stdout
+    out = tmp_path / "out"
+    run_cli("apply", str(source), "--unsafe", "--out", str(out), "--no-change-list", cwd=tmp_path)
+    assert (out / "modeling_flax_llama.py").read_bytes() == (source / "modeling_flax_llama.py").read_bytes()
+    assert "torch_npu.npu_rotary_mul(" in (out / "modeling_llama.py").read_text()

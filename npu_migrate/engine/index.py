@@ -19,6 +19,8 @@ class RuleIndex:
     def __init__(self, rules: Sequence[Rule], silenced: frozenset[str] = frozenset()) -> None:
         self.rules = list(rules)
         self.silenced = silenced  # codes whose findings the configuration leaves out (RuleSource)
+        # torch_npu's fused operators: no use in a file of another framework (ImportTable)
+        self.fused = frozenset(rule.code for rule in self.rules if rule.category == "fused")
         self.kinds: list[Kind] = [kind(self.rules) for kind in KINDS]
         self.names = next(
             k for k in self.kinds if isinstance(k, NameKind)

@@ -142,6 +142,9 @@ class ImportedName:
     aliased: bool  # bound with `as`
 
 
+OTHER_FRAMEWORKS = frozenset({"jax", "flax", "tensorflow", "keras", "mindspore", "paddle", "mlx", "oneflow"})
+
+
 @dataclass
 class ImportTable:
     """Local name -> qualified name, for every name a file binds by import (or defines at its
@@ -179,6 +182,14 @@ class ImportTable:
         )
         table.add_ast(ast_statements(tree.body))
         return table
+
+    def of_another_framework(self) -> bool:
+        """Whether the file is another framework's code (a Flax or TensorFlow copy of a model
+        beside its PyTorch one): it imports one of them and not torch, so what looks like a
+        PyTorch computation there (RoPE's `x * cos + rotate_half(x) * sin`) runs on their
+        arrays, which torch_npu's fused operators do not take."""
+        imported = {qualified.partition(".")[0] for _, qualified in self.bound}
+        return "torch" not in imported and not imported.isdisjoint(OTHER_FRAMEWORKS)
 
     def define(self, names: Iterable[str]) -> None:
         """The module's own top-level functions and classes, as `<module>.<name>` (a library's

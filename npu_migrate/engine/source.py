@@ -164,7 +164,7 @@ def migrate_whole(
     rewritten = ctx.rewritten
     result = FileResult(
         overridden=ctx.overridden,
-        suppressed=sum(m.suppressed and m.candidate.rule.code not in index.silenced for m in ctx.matches),
+        suppressed=sum(m.suppressed and m.candidate.rule.code not in ctx.silenced for m in ctx.matches),
         unused_suppressions=suppressions.unused() if suppressions else [],
     )
     matches: list[Match] = [m for m in ctx.matches if not m.suppressed]
@@ -221,9 +221,10 @@ def _match(
     stdlib parser's tree of the whole file, asked for only by a match whose use is elsewhere."""
     decided: dict[tuple[cst.CSTNode, str], Hold] = {}
     program: Program | None = None
+    silenced = index.silenced | index.fused if table.of_another_framework() else index.silenced
     while True:
         ctx = FileContext(
-            module, table, plan, enabled, words, suppressions, spans, index.silenced, decided, tree_of
+            module, table, plan, enabled, words, suppressions, spans, silenced, decided, tree_of
         )
         ctx.rewritten = module.visit(Transformer(ctx, [kind.matcher(ctx) for kind in index.kinds]))
         ctx.drop_unaccompanied()
