@@ -212,6 +212,12 @@ MEGATRON_ROPE = (  # its _apply_rotary_pos_emb_bshd: t (S, B, N, D), freqs (S, 1
     "    return (t * cos_) + (_rotate_half(t, {flag}) * sin_)\n"
 )
 
+COMPLEX_ROPE = (  # RoPE on complex numbers: x's neighbouring pairs times unit frequencies
+    "def f(x, angles):\n"
+    "    x_ = torch.view_as_complex(x.{dtype}().reshape(*x.shape[:-1], -1, 2))\n"
+    "    freqs = torch.polar(torch.ones_like(angles.{dtype}()), angles.{dtype}())\n"
+    "    return torch.view_as_real(x_ * freqs).flatten({start}).type_as(x)\n"
+)
 CASES = {
     "NPU901-causal": (
         "def f(q, k, v):\n" + "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n",
@@ -426,11 +432,27 @@ CASES = {
         "why_not_npu_rotary_mul(q, cos, sin",
         lambda: [randn(3, 6, 8), randn(6, 8), randn(6, 8)],
     ),
+    "NPU978-complex-rope": (  # Meta's Llama 3 reference: x (B, S, N, D), freqs_cis (1, S, 1, D/2)
+        COMPLEX_ROPE.format(dtype="float", start=3),
+        "npu_complex_rotary(x_, freqs, 3)",
+        lambda: [randn(2, 6, 3, 8), randn(1, 6, 1, 4)],
+    ),
+    "NPU978-complex-rope-3d": (  # Wan2.1's rope_apply, one sample: x (S, N, D), freqs (S, 1, D/2)
+        COMPLEX_ROPE.format(dtype="float", start=2),
+        "npu_complex_rotary(x_, freqs, 2)",
+        lambda: [randn(6, 3, 8), randn(6, 1, 4)],
+    ),
+    "NPU978-complex-rope-float64-falls-back": (  # Wan2.1 rotates in float64
+        COMPLEX_ROPE.format(dtype="double", start=3),
+        "npu_complex_rotary(x_, freqs, 3)",
+        lambda: [randn(2, 6, 3, 8), randn(1, 6, 1, 4)],
+    ),
 }
 # The cases built for a guard to refuse: the reason it must give (the fused operator never runs).
 FALLS_BACK = {
     "NPU902-window-5d-falls-back": "5-D, not 4-D",
     "NPU906-rotary-3d-falls-back": "x is 3-D",
+    "NPU978-complex-rope-float64-falls-back": "torch.float64",
     "NPU950-additive-mask-kept": "a mask is given",
 }
 

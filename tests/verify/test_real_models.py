@@ -29,7 +29,7 @@ class RealModel:
 
 
 MODELS = {
-    "llama3-reference": RealModel(sources.LLAMA_MODELS, "llama3_reference.py", (), ("NPU905",)),
+    "llama3-reference": RealModel(sources.LLAMA_MODELS, "llama3_reference.py", (), ("NPU905", "NPU978")),
     "x-transformers": RealModel(sources.X_TRANSFORMERS, "x_transformers_decoder.py", ("--steps", "2"), ()),
     "litgpt": RealModel(sources.LITGPT, "litgpt_llama.py", ("--steps", "2"), ()),
     "dit": RealModel(sources.DIFFUSERS, "diffusers_dit.py", (), ()),
