@@ -14,8 +14,8 @@ from npu_migrate.engine.kinds import content_of
 from npu_migrate.engine.names import ImportTable
 from npu_migrate.engine.regions import import_bindings, line_starts, regions, split_lines
 from npu_migrate.engine.source import migrate_whole, scan_regions
-from npu_migrate.model import Applicability, FileResult
-from npu_migrate.prefilter import word_counts
+from npu_migrate.model import Applicability, FileResult, ModulePath
+from npu_migrate.prefilter import spelled_by_the_module, tokens, word_counts
 from npu_migrate.rules.load import load_rules
 
 RULES = [r for r in load_rules() if content_of(r.match) == "python"]  # shell rules: test_shell.py
@@ -258,3 +258,39 @@ def test_the_two_import_tables_agree() -> None:
     assert from_cst.bindings == from_ast.bindings
     assert from_cst.named == from_ast.named
     assert from_cst.bound == from_ast.bound
+
+
+IMPORT_FORMS = {  # each read without the parser where it is one plain line, as the parser reads it
+    "plain": "import os\nimport torch.nn as nn, numpy\n",
+    "from": "from torch.nn import functional as F, Linear  # a comment\n",
+    "relative": "from . import utils\nfrom ..layers import Mlp as M\n",
+    "tabs": "import\ttorch\tas\tt\r\nfrom\tx\timport\ty\r\n",
+    "parenthesised": "from torch import (\n    nn,\n    cuda as c,\n)\n",
+    "continued": "import os, \\\n    sys\n",
+    "in a block": "try:\n    import apex\nexcept ImportError:\n    apex = None\n",
+    "words around": "reimport = 1\nx.import_module('a')\nimport_ = 2\n",
+}
+
+
+@pytest.mark.parametrize("source", IMPORT_FORMS.values(), ids=IMPORT_FORMS.keys())
+def test_import_lines_bind_what_the_parser_binds(source: str) -> None:
+    lines = split_lines(source)
+    module = ModulePath("pkg.sub.mod", "pkg.sub")
+    cheap = import_bindings(source, lines, line_starts(lines), module)
+    assert cheap is not None and sorted(set(cheap)) == sorted(
+        set(ImportTable.of_ast(ast.parse(source), module).bound)
+    )
+
+
+def test_the_words_a_module_spells_are_read_at_line_starts_only() -> None:
+    """Its top-level definitions and relative imports at a line's start, the names its imports
+    bring, through parentheses and continued lines; not those an indented or commented line
+    mentions."""
+    source = (
+        "from .sibling import a\nclass Top: pass\nasync def run(): pass\n  def inner(): pass\n"
+        "x = 1  # from .elsewhere import z\nfrom torch import (nn,\n    cuda)\nimport os, \\\n    sys\n"
+    )
+    spelled = spelled_by_the_module(source, ModulePath("pkg.mod", "pkg"))
+    assert {".Top", ".run", "pkg", "mod"} <= spelled and ".inner" not in spelled
+    assert {".nn", ".cuda", ".os", ".sys", ".a"} <= tokens(source)
+    assert not spelled_by_the_module("x = 1  # from . import y\n", ModulePath("pkg.mod", "pkg")) & {"pkg"}

@@ -30,7 +30,7 @@ from npu_migrate.engine.holds import names_npu
 from npu_migrate.engine.names import ImportTable, ast_blocks
 from npu_migrate.engine.regex import compile_rule_regex
 from npu_migrate.model import NO_MODULE, ModulePath
-from npu_migrate.prefilter import TOP_LEVEL_DEFINITION, imports_fragment
+from npu_migrate.prefilter import imports_fragment, top_level_definitions
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # what Python's tokenizer, and so ast's line numbers, count
 _OTHER_LINE_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines breaks and Python does not
@@ -318,7 +318,7 @@ def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
-_IMPORT = re.compile(r"\bimport\b")
+_IMPORT = re.compile(r"import\b")  # the word: the boundary before it is checked (a literal first is fast)
 
 
 def import_bindings(
@@ -331,15 +331,21 @@ def import_bindings(
     definitions are bindings too (ImportTable.define)."""
     table = ImportTable(where)
     if table.where.name:
-        table.define(TOP_LEVEL_DEFINITION.findall(text))
+        table.define(top_level_definitions(text))
     done: set[int] = set()
     for match in _IMPORT.finditer(text):
+        before = text[match.start() - 1] if match.start() else " "
+        if before.isalnum() or before == "_":
+            continue  # inside a longer word (`reimport`)
         line = bisect.bisect_right(starts, match.start()) - 1
         if line in done or lines[line].lstrip().startswith(("#", ">>>", "...")):
             continue  # a comment or a doctest: no statement starts here
         first = line
         while first and lines[first - 1].rstrip("\r\n").endswith("\\"):
             first -= 1
+        if first == line and _one_line_import(lines[line], table):
+            done.add(line)
+            continue
         for last in range(line, min(line + _IMPORT_LINES, len(lines))):
             try:
                 statement = "".join(lines[first : last + 1])
@@ -355,6 +361,36 @@ def import_bindings(
 
 
 _IMPORT_LINES = 40  # an import statement (or the `try:` around it) longer than this: parse the file
+_NAME = r"[^\W\d]\w*"
+_AS = rf"{_NAME}(?:[ \t]+as[ \t]+{_NAME})?"
+_DOTTED_AS = rf"{_NAME}(?:\.{_NAME})*(?:[ \t]+as[ \t]+{_NAME})?"
+_END = r"[ \t]*(?:#[^\r\n]*)?\r?\n?"  # a comment, the line break
+_PLAIN_IMPORT = re.compile(rf"[ \t]*import[ \t]+({_DOTTED_AS}(?:[ \t]*,[ \t]*{_DOTTED_AS})*){_END}")
+_PLAIN_FROM = re.compile(
+    rf"[ \t]*from[ \t]+(\.*)[ \t]*({_NAME}(?:\.{_NAME})*)?[ \t]+import[ \t]+"
+    rf"({_AS}(?:[ \t]*,[ \t]*{_AS})*){_END}"
+)
+_AS_WORD = re.compile(r"[ \t]+as[ \t]+")
+
+
+def _one_line_import(line: str, table: ImportTable) -> bool:
+    """A line that is one plain import statement (`import a.b as c, d`, `from ..x import y as z`)
+    read into `table` as its parse would be, without parsing it; False for any other line."""
+    plain = _PLAIN_IMPORT.fullmatch(line)
+    if plain is not None:
+        for alias in plain[1].split(","):
+            module, *asname = _AS_WORD.split(alias.strip())
+            table.bind_module(module, asname[0] if asname else None)
+        return True
+    found = _PLAIN_FROM.fullmatch(line)
+    if found is None or (not found[1] and not found[2]):
+        return False
+    base = table.absolute(found[2] or "", len(found[1]))
+    for alias in found[3].split(","):
+        name, *asname = _AS_WORD.split(alias.strip())
+        if base:
+            table.bind_from(base, name, asname[0] if asname else None)
+    return True
 
 
 def line_starts(lines: list[str]) -> list[int]:
