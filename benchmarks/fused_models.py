@@ -125,11 +125,11 @@ EAGER_JIT = HandEdit(
 
 MODELS = [
     Model("llama-4.30", "Hugging Face LLaMA before SDPA (eager attention, rotate_half RoPE, RMSNorm)",
-          TRANSFORMERS_4_30, ".", ("transformers/models/llama/",), "transformers_llama_4_30.py", OLD_HUB,
+          TRANSFORMERS_4_30, ".", ("transformers/models/llama/",), "transformers_llama.py", OLD_HUB,
           LLM),
     Model("llama-4.46-sdpa", "Hugging Face LLaMA of the SDPA era (transformers 4.46, SDPA attention)",
-          TRANSFORMERS_4_46, ".", ("transformers/models/llama/",), "transformers_llama_4_46.py", NEW_STACK,
-          LLM),
+          TRANSFORMERS_4_46, ".", ("transformers/models/llama/",), "transformers_llama.py", NEW_STACK,
+          LLM, (("LLAMA_ATTN", "sdpa"),)),
     Model("sd-unet-0.21", "diffusers 0.21's Stable Diffusion UNet (AttnProcessor2_0 attention)",
           DIFFUSERS_0_21, ".", ("diffusers/models/",), "diffusers_unet_0_21.py", OLD_HUB,
           ATTENTION | {"npu_geglu"}),

@@ -1,5 +1,8 @@
-"""Hugging Face LLaMA before SDPA (transformers 4.30): eager attention over statements, RoPE by
-rotate_half, LlamaRMSNorm; its fused swaps (npu_rotary_mul, npu_rms_norm) trained three steps."""
+"""Hugging Face LLaMA: before SDPA (transformers 4.30), eager attention over statements, RoPE by
+rotate_half, LlamaRMSNorm; of the SDPA era (4.46) with LLAMA_ATTN=sdpa, SDPA with `is_causal`
+decided at run time (no padding mask given). Its fused swaps trained three steps."""
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +22,7 @@ def build():
         num_hidden_layers=2,
         num_attention_heads=4,
         max_position_embeddings=64,
+        **({"attn_implementation": os.environ["LLAMA_ATTN"]} if "LLAMA_ATTN" in os.environ else {}),
     )
     model = LlamaForCausalLM(config).to(device)
     g = torch.Generator().manual_seed(1)
