@@ -65,8 +65,9 @@ LIBRARIES = {
             "transformer_engine",
             "transformer-engine",
             "2.4",
-            "pytorch Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP, DotProductAttention; "
-            "fp8_autocast computes in the input's dtype (FP8 is not emulated)",
+            "pytorch Linear, GroupedLinear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP, "
+            "DotProductAttention, distributed's RNG tracker and checkpoint; fp8_autocast computes in "
+            "the input's dtype (FP8 is not emulated)",
         ),
     )
 }
