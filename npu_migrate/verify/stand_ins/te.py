@@ -68,6 +68,15 @@ def activate(x: Tensor, activation: str) -> Tensor:
     return ACTIVATIONS[activation](x)
 
 
+def _weight_and_bias(
+    in_features: int, out_features: int, bias: bool, init_method: Any, params_dtype: torch.dtype | None
+) -> tuple[nn.Parameter, nn.Parameter | None]:
+    """A Linear's parameters as TE makes them: the weight initialised, the bias zero."""
+    weight = nn.Parameter(torch.empty(out_features, in_features, dtype=_dtype(params_dtype)))
+    _initialise(weight, init_method)
+    return weight, nn.Parameter(torch.zeros(out_features, dtype=_dtype(params_dtype))) if bias else None
+
+
 class Linear(nn.Module):
     def __init__(
         self,
@@ -83,9 +92,7 @@ class Linear(nn.Module):
         super().__init__()
         _one_rank(kwargs)
         self.in_features, self.out_features, self.return_bias = in_features, out_features, return_bias
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=_dtype(params_dtype)))
-        self.bias = nn.Parameter(torch.zeros(out_features, dtype=_dtype(params_dtype))) if bias else None
-        _initialise(self.weight, init_method)
+        self.weight, self.bias = _weight_and_bias(in_features, out_features, bias, init_method, params_dtype)
 
     def forward(self, x: Tensor, is_first_microbatch: bool | None = None) -> Any:
         out = F.linear(x, self.weight, None if self.return_bias else self.bias)
@@ -112,10 +119,8 @@ class GroupedLinear(nn.Module):
         _one_rank(kwargs)
         self.num_gemms, self.return_bias = num_gemms, return_bias
         for i in range(num_gemms):
-            weight = nn.Parameter(torch.empty(out_features, in_features, dtype=_dtype(params_dtype)))
-            _initialise(weight, init_method)
+            weight, biased = _weight_and_bias(in_features, out_features, bias, init_method, params_dtype)
             self.register_parameter(f"weight{i}", weight)
-            biased = nn.Parameter(torch.zeros(out_features, dtype=_dtype(params_dtype))) if bias else None
             self.register_parameter(f"bias{i}", biased)
 
     def forward(self, x: Tensor, m_splits: list[int], is_first_microbatch: bool | None = None) -> Any:
