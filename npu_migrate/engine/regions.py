@@ -370,7 +370,6 @@ _PLAIN_FROM = re.compile(
     rf"[ \t]*from[ \t]+(\.*)[ \t]*({_NAME}(?:\.{_NAME})*)?[ \t]+import[ \t]+"
     rf"({_AS}(?:[ \t]*,[ \t]*{_AS})*){_END}"
 )
-_AS_WORD = re.compile(r"[ \t]+as[ \t]+")
 
 
 def _one_line_import(line: str, table: ImportTable) -> bool:
@@ -379,17 +378,17 @@ def _one_line_import(line: str, table: ImportTable) -> bool:
     plain = _PLAIN_IMPORT.fullmatch(line)
     if plain is not None:
         for alias in plain[1].split(","):
-            module, *asname = _AS_WORD.split(alias.strip())
-            table.bind_module(module, asname[0] if asname else None)
+            module, *asname = alias.split()  # `a.b` or `a.b as c`, as the pattern read it
+            table.bind_module(module, asname[-1] if asname else None)
         return True
     found = _PLAIN_FROM.fullmatch(line)
     if found is None or (not found[1] and not found[2]):
         return False
     base = table.absolute(found[2] or "", len(found[1]))
     for alias in found[3].split(","):
-        name, *asname = _AS_WORD.split(alias.strip())
+        name, *asname = alias.split()
         if base:
-            table.bind_from(base, name, asname[0] if asname else None)
+            table.bind_from(base, name, asname[-1] if asname else None)
     return True
 
 
