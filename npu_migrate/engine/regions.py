@@ -318,9 +318,6 @@ def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
-_IMPORT = re.compile(r"import\b")  # the word: the boundary before it is checked (a literal first is fast)
-
-
 def import_bindings(
     text: str, lines: list[str], starts: list[int], where: ModulePath = NO_MODULE
 ) -> list[tuple[str, str]] | None:
@@ -333,11 +330,8 @@ def import_bindings(
     if table.where.name:
         table.define(top_level_definitions(text))
     done: set[int] = set()
-    for match in _IMPORT.finditer(text):
-        before = text[match.start() - 1] if match.start() else " "
-        if before.isalnum() or before == "_":
-            continue  # inside a longer word (`reimport`)
-        line = bisect.bisect_right(starts, match.start()) - 1
+    for at in _starts(r"import\b", False, text):  # the word, not inside a longer one (`reimport`)
+        line = bisect.bisect_right(starts, at) - 1
         if line in done or lines[line].lstrip().startswith(("#", ">>>", "...")):
             continue  # a comment or a doctest: no statement starts here
         first = line
