@@ -7,6 +7,7 @@ import ast
 
 import pytest
 
+from npu_migrate.engine import program_holds
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.program.model import Program
 from npu_migrate.engine.reasons import COMPARED_ACROSS_FILES, DATA_DEVICE_UNSEEN, DEVICE_FROM_CALLER
@@ -286,3 +287,15 @@ def test_a_fix_inside_code_reported_for_a_human_to_rewrite_whole_is_held() -> No
         ("NPU101", 2): "it is part of code reported whole",
         ("NPU105", 2): "it is part of code reported whole",
     }
+
+
+def test_the_values_a_name_reads_come_in_file_order() -> None:
+    """A hold names the first value in the file that stays CUDA, whatever order the walk through
+    the values took (it follows sets', which the hash seed changes from run to run)."""
+    code = "b = 'cuda'\nx = 1\na = b\n"
+    program = Program.of(ast.parse(code), code.splitlines(keepends=True))
+    walked: list[int] = []
+    program_holds._walk(program, frozenset({("name", 0, "a")}), lambda v: walked.append(v.span.line) or True)
+    assert walked == [3, 1]  # the walk meets `a = b` first, then what it reads
+    values = program_holds._values_read(program, frozenset({("name", 0, "a")}))
+    assert [value.span.line for value in values] == [1, 3]

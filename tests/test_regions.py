@@ -143,6 +143,16 @@ LAYOUTS = {
         "        else:\n            attn = (q @ k.transpose(-2, -1)) * self.scale\n"
         "            attn = attn.softmax(dim=-1)\n            x = attn @ v\n        return x\n"
     ),
+    # engine.partial_tree: definitions away from the anchors are stubs in the stdlib's tree
+    "definitions around the anchored one": (
+        "import torch\n\n@register\ndef helper(x):\n    return x\n\n# the model\nclass Net:\n"
+        "    def forward(self, x):\n        return helper(x).cuda()\n\ndef create(**kw):\n"
+        "    from functools import partial\n    return partial(Net, **kw)\n\nclass Other:\n    pass\n"
+    ),
+    "a script's top level between definitions": (
+        "import torch\nimport torch.nn.functional as F\n\ndef before():\n    return 1\n\n"
+        "x = w(inputs)\na, b = x.chunk(2, dim=-1)\ny = F.silu(a) * b\n\ndef after():\n    return 2\n"
+    ),
 }
 
 

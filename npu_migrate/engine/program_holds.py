@@ -317,7 +317,8 @@ def _imported_read(
 
 
 def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:
-    """The values bound to what `keys` name, and to what those read, and so on."""
+    """The values bound to what `keys` name, and to what those read, and so on, in file order
+    (the walk's own order follows sets', which changes from run to run with the hash seed)."""
     found: list[Value] = []
 
     def step(value: Value) -> bool:
@@ -325,7 +326,7 @@ def _values_read(program: Program, keys: frozenset[Key]) -> list[Value]:
         return True
 
     _walk(program, keys, step)
-    return found
+    return sorted(found, key=lambda value: value.span.start)
 
 
 def _walk(program: Program, keys: frozenset[Key], step: Callable[[Value], bool]) -> None:

@@ -24,12 +24,14 @@ from npu_migrate.engine.context import FileContext, Match
 from npu_migrate.engine.imports import ImportPlan, add_helpers, add_imports, drop_unused_imports
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.names import ImportTable, module_name
+from npu_migrate.engine.partial_tree import PartialTree, tree_around
 from npu_migrate.engine.positions import positions
 from npu_migrate.engine.program.model import Program
 from npu_migrate.engine.program.run import cuda_comparisons
 from npu_migrate.engine.program.spans import Span
 from npu_migrate.engine.program_holds import program_holds
 from npu_migrate.engine.regions import (
+    FunctionAnchor,
     Placed,
     file_line,
     import_bindings,
@@ -93,14 +95,23 @@ def scan_regions(
     if anchored == ([], []):
         return FileResult()
     try:
-        tree = stdlib_parse(text)
+        # A scan reads the tree around the anchors; a fix found needs the whole file read.
+        partial = _tree_around(lines, anchored) if anchored and not enabled else None
+        tree = partial.tree if partial else stdlib_parse(text)
+        table = ImportTable.of_ast(tree, where)
+        statement_lines, function_lines = anchored or survey.lines(table.bound, starts)
+        if not statement_lines and not function_lines:
+            return FileResult()
+        found = regions(tree, lines, statement_lines, function_lines)
+        if partial and not all(partial.covers(r.first, r.last) for r in found):  # a script's top level
+            tree, partial = stdlib_parse(text), None
+            found = regions(tree, lines, statement_lines, function_lines)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    table = ImportTable.of_ast(tree, where)
-    statement_lines, function_lines = anchored or survey.lines(table.bound, starts)
-    if not statement_lines and not function_lines:
-        return FileResult()
-    code, placed = module_of_regions(lines, regions(tree, lines, statement_lines, function_lines))
+    # The whole file's tree, for a match whose use is elsewhere: a scan does not see the errors
+    # of code it does not read, as it does not see those of a file without an anchor.
+    whole = (lambda: tree) if partial is None else functools.cache(lambda: _tree_or_none(text))
+    code, placed = module_of_regions(lines, found)
     try:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError:
@@ -112,9 +123,9 @@ def scan_regions(
         index,
         enabled,
         counts,
-        lambda focus: _program(text, focus, where, tree),
+        lambda focus: _program(text, focus, where, tree, whole),
         lambda line: file_line(placed, line),
-        tree_of=lambda: tree,
+        tree_of=whole,
     )
     matches = [m for m in ctx.matches if not m.suppressed]  # here, only what the configuration leaves out
     spans = ctx.positions
@@ -122,7 +133,7 @@ def scan_regions(
     return FileResult(
         findings=sorted(findings, key=lambda f: (f.line, f.column, f.rule.code)),
         overridden=ctx.overridden,
-        cuda_comparisons=cuda_comparisons(findings, lambda: tree),
+        cuda_comparisons=cuda_comparisons(findings, lambda: tree),  # at the findings: read
     )
 
 
@@ -262,17 +273,30 @@ def _span(where: CodeRange, end: CodeRange, place: Callable[[int], int]) -> Span
     return Span((place(where.start.line), where.start.column), (place(end.end.line), end.end.column))
 
 
-def _program(text: str, focus: Collection[int], where: ModulePath, tree: ast.Module | None = None) -> Program:
+def _program(
+    text: str,
+    focus: Collection[int],
+    where: ModulePath,
+    tree: ast.Module | None = None,
+    whole: Callable[[], ast.Module | None] | None = None,
+) -> Program:
     """The program model of a file around the `focus` lines (an empty one where the stdlib
-    parser cannot read the file), knowing where the file sits."""
+    parser cannot read the file), knowing where the file sits. `tree`: the file's, or its
+    partial tree (engine.partial_tree) and `whole` to read the rest."""
     compared = dict(where.compared_elsewhere)
     try:
-        program = Program.of(tree or stdlib_parse(text), split_lines(text), focus, compared.keys())
+        tree = tree or stdlib_parse(text)
+        program = Program.of(tree, split_lines(text), focus, compared.keys(), whole or (lambda: tree))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         program = Program()
     program.cuda_member_beside = where.cuda_member_beside
     program.compared_elsewhere = compared
     return program
+
+
+def _tree_around(lines: list[str], anchored: tuple[list[int], list[FunctionAnchor]]) -> PartialTree | None:
+    statement_lines, function_lines = anchored
+    return tree_around(lines, [*statement_lines, *(a.line for a in function_lines)], stdlib_parse)
 
 
 def _tree_or_none(text: str) -> ast.Module | None:

@@ -151,14 +151,17 @@ class Program:
         lines: Sequence[str],
         focus: Collection[int] | None = None,
         keywords: Collection[str] = (),
+        whole: Callable[[], ast.Module | None] | None = None,
     ) -> Program:
         """The model of a module; with `focus` (lines), of the functions and classes around those
         lines and the module's other statements only (a definition with no focus line in it can
         neither guard nor hold a match; reading it would cost most of the time). `keywords`: the
-        keyword arguments to record as Program.handed."""
+        keyword arguments to record as Program.handed. `whole`: the whole file's tree, where
+        `tree` has stubs for definitions away from the focus (engine.partial_tree)."""
         program = _Reader(lines, sorted(focus) if focus is not None else None, keywords).read(tree)
         if any("torch_npu" in line or "npu_available" in line for line in lines):
-            program.dual_path = _dual_path(tree)
+            everything = whole() if whole else tree
+            program.dual_path = _dual_path(everything) if everything else None
         return program
 
 
