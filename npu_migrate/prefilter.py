@@ -7,7 +7,6 @@ Python file without loading the rules or the engine (what a pre-commit hook's ru
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -22,7 +21,7 @@ ATTRIBUTE = re.compile(r"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
 # `import`) and tried at that line's start: a MULTILINE `^` pattern is tried at every position
 # of the text, ten times slower on a model zoo.
 _DEFINITION = re.compile(r"(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
-_LINE_BREAK = re.compile(r"\n")
+_DEFINITION_AFTER_BREAK = re.compile(r"\n(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
 _RELATIVE_IMPORT = re.compile(r"[ \t]*from[ \t]+\.")
 _FROM = re.compile(r"from[ \t]+\.")
 _IMPORTED = re.compile(r"[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n]*\\\n)*[^\n]*)")
@@ -31,8 +30,8 @@ _IMPORT = re.compile(r"import[ \t]")
 
 def top_level_definitions(text: str) -> list[str]:
     """The names the file's column-0 `def`, `async def` and `class` statements define."""
-    starts = itertools.chain([0], (at.end() for at in _LINE_BREAK.finditer(text)))
-    return [found[1] for start in starts if (found := _DEFINITION.match(text, start)) is not None]
+    first = _DEFINITION.match(text)
+    return ([first[1]] if first else []) + _DEFINITION_AFTER_BREAK.findall(text)
 
 
 def _line_start(text: str, at: int) -> int:

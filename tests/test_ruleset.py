@@ -83,6 +83,17 @@ def test_a_good_rule_file_loads(tmp_path: Path) -> None:
             {"match": {"pattern": "f($X)"}, "fix": {"template": "g($Y)"}},
             "the template uses $Y, which the match",
         ),
+        (
+            {"match": {"pattern": "f($X)"}, "fix": {"template": "g($X)", "helpers": {"g": "def g(x:\n"}}},
+            "field fix: helper g does not parse: ",
+        ),
+        (
+            {
+                "match": {"pattern": "f($X)"},
+                "fix": {"template": "g($X)", "helpers": {"g": "def h(x):\n    pass\n"}},
+            },
+            "field fix: helper g must be one `def g(...)` or `class g`",
+        ),
     ],
 )
 def test_malformed_rules_fail_in_one_line_naming_file_rule_and_field(

@@ -3,6 +3,7 @@ published JSON Schema. The `match:` mapping is one of the registered match kinds
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Union
@@ -74,9 +75,18 @@ EDIT_KINDS = ("rename", "template", "substitute", "keywords", "add_line")
 
 
 @functools.cache
-def _parsed_helper(code: str) -> cst.BaseStatement:
-    """A helper's code, parsed once: rules share helpers (YAML anchors in rules/fused.yaml)."""
-    return cst.parse_statement(code)
+def _helper_error(name: str, code: str) -> str | None:
+    """Why a helper's code is not one `def` or `class` of its name, or None; checked once per
+    helper (rules share them: YAML anchors in rules/fused.yaml), by the stdlib's parser, ten
+    times faster than libcst's, which reads the helper where a fix adds it."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError as exc:
+        return f"helper {name} does not parse: {exc.msg} (line {exc.lineno})"
+    definitions = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+    if len(body) != 1 or not isinstance(body[0], definitions) or body[0].name != name:
+        return f"helper {name} must be one `def {name}(...)` or `class {name}`"
+    return None
 
 
 class Fix(Strict):
@@ -141,12 +151,9 @@ class Fix(Strict):
     @model_validator(mode="after")
     def _helpers_define_themselves(self) -> Fix:
         for name, code in self.helpers.items():
-            try:
-                statement = _parsed_helper(code)
-            except cst.ParserSyntaxError as exc:
-                raise ValueError(f"helper {name} does not parse: {exc.message}") from None
-            if not isinstance(statement, cst.FunctionDef | cst.ClassDef) or statement.name.value != name:
-                raise ValueError(f"helper {name} must be one `def {name}(...)` or `class {name}`")
+            error = _helper_error(name, code)
+            if error is not None:
+                raise ValueError(error)
         return self
 
     @model_validator(mode="after")
