@@ -141,7 +141,7 @@ class Anchors:
                 return token.value in strings
             if token.kind == "fragment":
                 return imports_fragment(text, token.value)
-            return counts[token.value.removesuffix(".*").rsplit(".", 1)[-1]] > 0
+            return counts[_last_word(token.value)] > 0
 
         rules = [r for r in self._rules if all(any(map(may_spell, c)) for c in r.alternatives)]
         return Survey(self, text, counts, strings, rules) if rules else None
@@ -294,6 +294,12 @@ class FunctionAnchor:
             if tested[key]:
                 return True
         return False
+
+
+@functools.cache
+def _last_word(name: str) -> str:
+    """The word a dotted name pattern is spelled by at least (`torch.cuda.*` -> `cuda`)."""
+    return name.removesuffix(".*").rsplit(".", 1)[-1]
 
 
 def _chain(chain: list[str], then: str) -> str:

@@ -285,6 +285,10 @@ class StatementsMatcher(Matcher):
         in_reader = {id(n) for n in subtree(reader)} - {id(n) for n in subtree(into)} - targets
         gone = {id(n) for statement in removed for n in subtree(statement)} | {id(n) for n in subtree(into)}
         gone |= targets
+        if not any(
+            isinstance(n, cst.Name) and n.value in chain and id(n) not in gone for n in subtree(function)
+        ):
+            return None  # no name of the chain is left to read (most blocks): no walk in order
         looped = any(isinstance(node, cst.For | cst.While) for node in _path_to(function, reader))
         for node, path, past_reader in _names_in_order(function, reader):
             if node.value not in chain or id(node) in gone:

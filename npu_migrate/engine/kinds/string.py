@@ -171,7 +171,7 @@ class StringMatcher(Matcher):
                     rules.append(string_rule.rule)
 
     def _mark_where(self, kind: str, value: cst.BaseExpression | None, accept: Callable[[Any], bool]) -> None:
-        if value is None:
+        if value is None or next(strings_in(value), None) is None:  # most values: nothing to mark
             return
         for string_rule in self.kind.strings:
             for where in string_rule.where:
