@@ -126,8 +126,7 @@ def _runs(
     leave out, as ([], it)."""
     run: list[Piece] = []
     for piece in pieces:
-        code = "".join(lines[piece.line - 1 : piece.end])
-        if piece.kind is None or _holds(wanted, piece) or "import" in code or not _closed(code):
+        if piece.kind is None or _holds(wanted, piece) or not _may_leave_out(lines, piece):
             run.append(piece)
             continue
         if run:
@@ -141,6 +140,13 @@ def _runs(
 def _holds(wanted: list[int], piece: Piece) -> bool:
     at = bisect.bisect_left(wanted, piece.line)
     return at < len(wanted) and wanted[at] <= piece.end
+
+
+def _may_leave_out(lines: Sequence[str], definition: Piece) -> bool:
+    """Whether a definition with no wanted line may stand as a stub: it spells no `import` and
+    its text pairs up (_closed). Its text is joined only here: a statement is always read."""
+    code = "".join(lines[definition.line - 1 : definition.end])
+    return "import" not in code and _closed(code)
 
 
 def _closed(code: str) -> bool:
