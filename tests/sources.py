@@ -230,6 +230,21 @@ DEEPSPEED = Release(  # its launcher and ZeRO on the emulation (built from sourc
 DEEPSPEED_NEEDS = ("hjson==3.1.0", "py-cpuinfo==9.0.0", "msgpack==1.2.4", "ninja==1.13.2")
 
 
+# Older torch_npu releases, read for which operators each registers (npu_migrate/forecast/kernels)
+TORCH_NPU_2_1 = Release(
+    f"{FILES}/66/98/3efae2a5e78517ccb1ac0a053f740568e02018c7954cd26b3ef2aaff6d79/"
+    "torch_npu-2.1.0.post3-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    "1baea6cfd82fedf713344c69de4e384087f650457e355a4d0c310f69449016fb",
+    "torch_npu",
+)
+TORCH_NPU_2_5 = Release(
+    f"{FILES}/49/8d/1d4ff137afc3240742f28b83c88e71ff90f98fe0c05f859a9559ede983cb/"
+    "torch_npu-2.5.1-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    "54b779aad4754db3e7206847b370672243b8f7a249c5894d0f8192abad7e0b23",
+    "torch_npu",
+)
+
+
 def torch_npu_sources() -> Path:
     """The unpacked torch_npu package folder: $TORCH_NPU_REFERENCE where it is set, else the
     pinned wheel, downloaded and unpacked on first use."""

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from npu_migrate.cli import common
+from npu_migrate.forecast import facts, kernels, session
 
 # Options after the script are the script's own.
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -36,6 +37,38 @@ def run(
             show_default=False,
         ),
     ] = None,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help="Say what a real NPU will do with the run: operators without an NPU kernel in the "
+            "chosen torch_npu, dtypes it runs slowly or not at all, shapes that vary, host syncs, "
+            "memory per step, collectives HCCL refuses, where the FLOPs go (needs the emulation).",
+        ),
+    ] = False,
+    forecast_json: Annotated[
+        Path | None,
+        typer.Option("--forecast-json", help="Write the forecast as JSON here (implies --forecast)."),
+    ] = None,
+    forecast_html: Annotated[
+        Path | None,
+        typer.Option("--forecast-html", help="Write the forecast as an HTML page here (implies --forecast)."),
+    ] = None,
+    torch_npu: Annotated[
+        str, typer.Option("--torch-npu", help="The torch_npu version whose NPU operators the forecast reads.")
+    ] = "2.13.0",
+    chip: Annotated[
+        str, typer.Option("--chip", help="The Ascend chip the forecast is for: 910B (Atlas A2) or 910A.")
+    ] = "910B",
+    card_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--card-memory",
+            min=0.001,
+            help="The card's memory in GiB the forecast holds the peak against (default: the chip's).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a migrated script as `python SCRIPT ARGS` would, or a launcher and every process it
     starts, on the NPU emulation where no NPU exists."""
@@ -58,12 +91,20 @@ def run(
         emulate = not real_torch_npu_imports()
     if npus is not None and not emulate:
         common.fail("--npus sets the emulated host's NPUs: it needs the emulation (--emulate)")
+    wanted = None
+    if forecast or forecast_json is not None or forecast_html is not None:
+        if not emulate:
+            common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
+        wanted = _forecast_request(torch_npu, chip, card_memory, forecast_json, forecast_html)
     command = None if path.is_file() else shutil.which(script, path=search_path(emulate))
     if not path.is_file() and command is None:
         common.fail(f"no such script or command: {script}")
     if emulate:
         emulate_the_host(npus)
-    with guards_reported(Path.cwd()) if emulate else contextlib.nullcontext():
+    with (
+        guards_reported(Path.cwd()) if emulate else contextlib.nullcontext(),
+        session.recorded(wanted, Path.cwd()) if wanted is not None else contextlib.nullcontext(),
+    ):
         if command is None and runs_in_python(path):
             code = run_script(path, list(ctx.args), emulate)
         else:
@@ -72,3 +113,19 @@ def run(
 
 
 #####VERIFY
+
+
+def _forecast_request(
+    version: str, chip: str, card_memory: float | None, json_path: Path | None, html_path: Path | None
+) -> session.Request:
+    """The forecast asked for, or a one-line error naming what there is."""
+    if chip not in facts.CARD_GIB:
+        common.fail(f"--chip {chip}: the forecast knows {', '.join(facts.CARD_GIB)}")
+    try:
+        table = kernels.load(version)
+    except ValueError as exc:
+        common.fail(str(exc))
+    for path in (json_path, html_path):
+        if path is not None and not path.parent.is_dir():
+            common.fail(f"{path}: its folder does not exist")
+    return session.Request(table, chip, card_memory or facts.CARD_GIB[chip], json_path, html_path)

@@ -47,6 +47,9 @@ def activate(package: str = "torch_npu") -> None:
             parent, leaf = name.rsplit(".", 1)
             setattr(top if parent == package else aliases[parent], leaf, module)
         vars(top)["__version__"] = "2.13.0+emulated"
+    from npu_migrate.forecast import recorder
+
+    recorder.start_if_asked()
     if not _announced:
         print(f"npu-migrate: torch_npu is emulated on {backing} (no NPU in use)", file=sys.stderr)
         _announced = True

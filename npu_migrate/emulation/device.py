@@ -55,8 +55,17 @@ class _NpuDevices(TorchFunctionMode):
         if name == "type" and len(args) == 1 and not kwargs and tensors.index(args[0]) is not None:
             return tensors.type_name(func(*args))
         where = tensors.target(func, args, kwargs)
-        result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
-        return tensors.place(func, args, kwargs, result, where)
+        watch = state.watch  # a forecast's recorder: what each call targets, the syncs it makes
+        if watch is None:
+            return tensors.place(
+                func, args, kwargs, func(*_on_backing(args), **_on_backing_keywords(kwargs)), where
+            )
+        watch.enter(func, name, args, where)
+        try:
+            result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
+            return tensors.place(func, args, kwargs, result, where)
+        finally:
+            watch.leave()
 
 
 _MODE = _NpuDevices()  # on from install to the end of the process

@@ -12,6 +12,7 @@ Device = torch.device
 _backing = Device("cpu")
 installed = False  # whether the emulation runs (device.install): then NPU tensors are tracked
 current = 0  # the NPU `torch.npu.set_device` chose: where "npu" without an index is
+watch: Any = None  # the forecast's recorder (forecast.recorder) where a run asked for one
 placed = 0  # tensors put on the emulated NPU so far: whether a test reached it (verify --tests)
 
 

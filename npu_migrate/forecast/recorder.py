@@ -1,0 +1,403 @@
+"""Recording what an emulated process dispatches, for the forecast (analysis.py reads it).
+
+Below torch's Python API, a dispatch mode sees every operator the program really runs after
+autograd and composite decomposition: its name and overload, input dtypes and shapes, FLOPs, the
+user's line that led to it, whether it ran in backward, and the NPU memory its outputs hold.
+The emulation's function mode tells it what each torch call targets (an operator is on the NPU
+when its call targets the NPU or, where a call follows its inputs, when an input is there) and
+which composite function (`scaled_dot_product_attention`) an operator runs inside: on a device
+whose torch_npu registers that function, its parts never run. Module hooks give the module an
+operator runs in; steps end at each optimizer step or, in a program without one, at the end of
+each outermost module call. Each process leaves one JSON file in the run's folder.
+
+Needs torch; installed by the emulation (`emulation.activate`) where FOLDER_VARIABLE is set."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import sysconfig
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from npu_migrate.emulation import state, tensors
+from npu_migrate.forecast import FOLDER_VARIABLE, ROOT_VARIABLE
+
+SYNCS = frozenset(
+    {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__repr__", "__format__", "numpy"}
+)  # tensor methods that read an NPU tensor's value on the host: the device's queue drains first
+MOVES_TO_HOST = frozenset({"cpu", "to"})
+DATA_DEPENDENT = frozenset(
+    {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "argwhere", "nonzero_numpy"}
+)  # operators whose output shape depends on the values: the host waits for them, shapes vary
+SHAPES_KEPT = 64  # distinct input shapes kept per operator and call site
+_STEP_END = "optimizer"
+
+
+class Recorder:
+    """One process's recording; `as_json` is what it leaves."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._files: dict[str, str | None] = {}
+        self.ops: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
+        self.syncs: dict[tuple[str, str], list[int]] = {}  # (kind, site) -> [calls, first, last segment]
+        self.collectives: dict[tuple[str, str, int, str], int] = {}
+        self.module_flops: dict[str, list[Any]] = {}  # module path -> [class, flops, calls]
+        self.segment = 0
+        self.segment_steps: list[int] = []  # per ended segment: the optimizer steps before it
+        self.optimizer_steps = 0
+        self.memory: list[list[int]] = []  # per ended segment: [peak, live at its end, host RSS]
+        self._live: dict[int, tuple[int, str, int]] = {}  # storage -> (bytes, site, segment)
+        self._now = 0
+        self._peak = 0
+        self._calls: list[tuple[str, Any, str]] = []  # the torch calls under way: (where, region, name)
+        self._modules: list[str] = []
+        self._names: dict[int, str] = {}
+        self._regions: dict[str, str] = {}
+        self._composite: dict[Any, bool] = {}
+        self._finished = False
+
+    # ------------------------------------------------------------------ where the user's line is
+
+    def _report_name(self, filename: str) -> str | None:
+        """A file as findings name it, or None for torch's, the emulation's and the standard
+        library's own files (the user's line is further out)."""
+        known = self._files.get(filename, "")
+        if known != "":
+            return known
+        name: str | None = None
+        path = Path(filename).resolve()
+        if not filename.startswith("<") and not _skipped(path):
+            if path.is_relative_to(self.root):
+                name = path.relative_to(self.root).as_posix()
+            else:
+                name = _after_site_packages(path)
+        self._files[filename] = name
+        return name
+
+    def site(self) -> str:
+        """`file:line` of the innermost frame in the user's (or a library's) code."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = self._report_name(frame.f_code.co_filename)
+            if name is not None:
+                return f"{name}:{frame.f_lineno}"
+            frame = frame.f_back  # type: ignore[assignment]
+        return "?"
+
+    # ------------------------------------------------------------------ torch calls (function mode)
+
+    def enter(self, func: Any, name: str, args: tuple, where: tuple[str, int] | None) -> None:
+        """A torch call starts: what it targets, the composite function it is, a host sync."""
+        target = "" if where is None else where[0]
+        self._calls.append((target, self._region(func, name), name))
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is None or tensors.index(source) is None:
+            return
+        if (name in SYNCS or (name in MOVES_TO_HOST and target == tensors.HOST)) and self._asked_by_user():
+            self._sync(name, self.site())
+
+    def _asked_by_user(self) -> bool:
+        """Whether the torch call was made outside torch's own code: torch's internal moves
+        (`clip_grad_norm_` grouping by the backing's device) are the emulation's, not syncs."""
+        frame = sys._getframe(3)
+        while frame is not None and frame.f_code.co_filename.startswith(_PASSED):
+            frame = frame.f_back  # type: ignore[assignment]
+        return frame is not None and not frame.f_code.co_filename.startswith(_OWN)
+
+    def leave(self) -> None:
+        self._calls.pop()
+
+    def _region(self, func: Any, name: str) -> str:
+        """The aten operator a torch function is, where it is a composite torch decomposes on
+        the backing (a device registering it runs it whole); else ''."""
+        found = self._regions.get(name)
+        if found is None:
+            packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+            overloads = packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ()
+            found = name if any(_has_kernel(name, o, "CompositeImplicitAutograd") for o in overloads) else ""
+            self._regions[name] = found
+        return found
+
+    def _sync(self, kind: str, site: str) -> None:
+        record = self.syncs.get((kind, site))
+        if record is None:
+            self.syncs[(kind, site)] = [1, self.segment, self.segment]
+        else:
+            record[0] += 1
+            record[2] = self.segment
+
+    # ------------------------------------------------------------------ operators (dispatch mode)
+
+    def operator(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        inputs = list(_tensors_of(args, kwargs))
+        target, region, _ = self._calls[-1] if self._calls else ("", "", "")
+        device = next((d for t in inputs if (d := tensors.index(t)) is not None), None)
+        if target == tensors.HOST or (target != tensors.NPU and device is None):
+            return
+        device = state.current if device is None else device
+        site = self.site()
+        name, overload = func._schema.name, func._overloadname
+        if name.startswith("c10d::"):
+            self._collective(name, args, inputs, site)
+        backward = torch._C._current_autograd_node() is not None
+        key = (f"{name}.{overload}", "" if backward else region, site, backward)
+        record = self.ops.get(key)
+        if record is None:
+            record = self.ops[key] = {"calls": 0, "flops": 0, "dtypes": set(), "shapes": {}}
+            record["composite"] = self._is_composite(func)
+        record["calls"] += 1
+        if len(record["dtypes"]) < SHAPES_KEPT:
+            record["dtypes"].add(tuple(str(t.dtype).removeprefix("torch.") for t in inputs))
+        shapes = record["shapes"]
+        shape = tuple(tuple(t.shape) for t in inputs)
+        seen = shapes.get(shape)
+        if seen is not None:
+            seen[1] = self.segment
+            seen[2] += 1
+        elif len(shapes) < SHAPES_KEPT:
+            shapes[shape] = [self.segment, self.segment, 1]
+        short = name.removeprefix("aten::")
+        if short in DATA_DEPENDENT or (short in ("index", "index_put_") and _bool_index(args)):
+            record["data_dependent"] = True
+            self._sync(f"{short} (data-dependent shape)", site)
+        flops = self._flops(func, args, kwargs, out)
+        record["flops"] += flops
+        if flops and not backward:
+            module = self._modules[-1] if self._modules else "(no module)"
+            entry = self.module_flops.setdefault(module, ["", 0, 0])
+            entry[1] += flops
+        self._held(out, inputs, device, site)
+
+    def _is_composite(self, func: Any) -> bool:
+        found = self._composite.get(func)
+        if found is None:
+            found = self._composite[func] = any(
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+                for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+            )
+        return found
+
+    @staticmethod
+    def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+        count = flop_registry.get(func.overloadpacket)
+        if count is None:
+            return 0
+        try:
+            return int(count(*args, **kwargs, out_val=out))
+        except Exception:  # an odd call the counter does not take: no FLOPs known
+            return 0
+
+    def _collective(self, name: str, args: tuple, inputs: list[torch.Tensor], site: str) -> None:
+        group = next((a for a in args if hasattr(a, "size") and hasattr(a, "rank")), None)
+        size = group.size() if group is not None else 0
+        dtypes = ",".join(sorted({str(t.dtype).removeprefix("torch.") for t in inputs}))
+        key = (name.removeprefix("c10d::").rstrip("_"), dtypes, size, site)
+        self.collectives[key] = self.collectives.get(key, 0) + 1
+
+    # ------------------------------------------------------------------ NPU memory
+
+    def _held(self, out: Any, inputs: list[torch.Tensor], device: int, site: str) -> None:
+        """Put the operator's outputs on the NPU and count the storages they hold there."""
+        known = frozenset(id(t) for t in inputs)
+        for tensor in _tensors_of((out,), {}):
+            if id(tensor) in known:
+                continue
+            if tensors.index(tensor) is None:
+                tensors.tag(tensor, device)
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key == 0 or key in self._live:
+                continue
+            size = storage.nbytes()
+            self._live[key] = (size, site, self.segment)
+            weakref.finalize(storage, self._freed, key)
+            self._now += size
+            self._peak = max(self._peak, self._now)
+
+    def _freed(self, key: int) -> None:
+        held = self._live.pop(key, None)
+        if held is not None:
+            self._now -= held[0]
+
+    # ------------------------------------------------------------------ modules and steps
+
+    def module_called(self, module: torch.nn.Module) -> None:
+        name = self._names.get(id(module))
+        if name is None:
+            root = type(module).__name__
+            if self._modules:
+                name = f"{self._modules[-1]}.{root}"
+                self._names[id(module)] = name
+            else:
+                for path, child in module.named_modules():
+                    self._names.setdefault(id(child), f"{root}.{path}" if path else root)
+                name = self._names[id(module)]
+        self._modules.append(name)
+        entry = self.module_flops.setdefault(name, [type(module).__name__, 0, 0])
+        entry[0] = type(module).__name__
+        entry[2] += 1
+
+    def module_returned(self) -> None:
+        if self._modules:
+            self._modules.pop()
+        if not self._modules and not self.optimizer_steps:
+            self.end_segment()
+
+    def optimizer_stepped(self) -> None:
+        self.optimizer_steps += 1
+        self.end_segment()
+
+    def end_segment(self) -> None:
+        self.memory.append([self._peak, self._now, _host_bytes()])
+        self.segment_steps.append(self.optimizer_steps)
+        self.segment += 1
+        self._peak = self._now
+
+    # ------------------------------------------------------------------ what a process leaves
+
+    def as_json(self) -> dict[str, Any]:
+        if self._peak > self._now or not self.memory:
+            self.end_segment()
+        rank = os.environ.get("RANK")
+        return {
+            "rank": int(rank) if rank and rank.isdigit() else None,
+            "step_kind": _STEP_END if self.optimizer_steps else "module call",
+            "segment_steps": self.segment_steps,
+            "memory": self.memory,
+            "held": [[size, site, segment] for size, site, segment in self._live.values()],
+            "ops": [
+                {
+                    "op": op,
+                    "region": region,
+                    "site": site,
+                    "backward": backward,
+                    "calls": record["calls"],
+                    "flops": record["flops"],
+                    "composite": record["composite"],
+                    "data_dependent": record.get("data_dependent", False),
+                    "dtypes": sorted(record["dtypes"]),
+                    "shapes": [[list(map(list, shape)), *seen] for shape, seen in record["shapes"].items()],
+                }
+                for (op, region, site, backward), record in self.ops.items()
+            ],
+            "syncs": [[kind, site, *counts] for (kind, site), counts in self.syncs.items()],
+            "collectives": [[*key, calls] for key, calls in self.collectives.items()],
+            "modules": self.module_flops,
+        }
+
+    def finish(self, folder: Path) -> None:
+        """Leave the recording in the run's folder; once."""
+        if self._finished or not folder.is_dir():
+            return
+        self._finished = True
+        _MODE.__exit__(None, None, None)
+        text = json.dumps(self.as_json())
+        (folder / f"{os.getpid()}.json").write_text(text, encoding="utf-8")
+
+
+class _Watch(TorchDispatchMode):
+    """Sees each operator below autograd and hands it, once run, to the recorder."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if ACTIVE is not None:
+            ACTIVE.operator(func, args, kwargs, out)
+        return out
+
+
+_MODE = _Watch()
+ACTIVE: Recorder | None = None
+_LIBRARIES = frozenset({"site-packages", "dist-packages"})
+_OWN = tuple(
+    str(folder.resolve()) + os.sep for folder in (Path(torch.__file__).parent, Path(__file__).parents[1])
+)
+_PASSED = (
+    str(Path(__file__).parents[1] / "emulation") + os.sep,
+    *(  # what stands between a call and the mode
+        str((Path(torch.__file__).parent / name).resolve())
+        for name in ("overrides.py", "_tensor.py", "_tensor_str.py")
+    ),
+)
+_STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
+
+
+def _skipped(path: Path) -> bool:
+    """torch's and the emulation's files, and the standard library's (not the libraries
+    installed inside it)."""
+    text = str(path)
+    return text.startswith(_OWN) or (text.startswith(_STDLIB) and not _LIBRARIES.intersection(path.parts))
+
+
+def start_if_asked() -> None:
+    """Where the run asked for a forecast, record this process from now on."""
+    global ACTIVE
+    folder = os.environ.get(FOLDER_VARIABLE)
+    if not folder or ACTIVE is not None:
+        return
+    ACTIVE = Recorder(Path(os.environ.get(ROOT_VARIABLE) or os.getcwd()))
+    state.watch = ACTIVE
+    register_module_forward_pre_hook(lambda module, args: ACTIVE.module_called(module))
+    register_module_forward_hook(lambda module, args, out: ACTIVE.module_returned())
+    register_optimizer_step_post_hook(lambda *_: ACTIVE.optimizer_stepped())
+    _MODE.__enter__()
+    atexit.register(ACTIVE.finish, Path(folder))
+
+
+def finish() -> None:
+    """Leave this process's recording now (the CLI's own process, before it reads them all)."""
+    folder = os.environ.get(FOLDER_VARIABLE)
+    if ACTIVE is not None and folder:
+        ACTIVE.finish(Path(folder))
+
+
+def _has_kernel(name: str, overload: str, key: str) -> bool:
+    """Whether aten's `name.overload` has a kernel for dispatch key `key` (False where the
+    dispatcher has no such operator: a TorchScript builtin such as `__getitem__`)."""
+    full = f"aten::{name}" + ("" if overload == "default" else f".{overload}")
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(full, key)
+    except RuntimeError:
+        return False
+
+
+def _tensors_of(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from (item for item in value if isinstance(item, torch.Tensor))
+
+
+def _bool_index(args: tuple) -> bool:
+    indices = args[1] if len(args) > 1 and isinstance(args[1], list | tuple) else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
+def _after_site_packages(path: Path) -> str:
+    parts = path.parts
+    for marker in _LIBRARIES:
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1 :])
+    return str(path)
+
+
+def _host_bytes() -> int:
+    """This process's resident memory (Linux), or 0."""
+    try:
+        pages = Path("/proc/self/statm").read_text().split()[1]
+    except (OSError, IndexError):
+        return 0
+    return int(pages) * os.sysconf("SC_PAGE_SIZE")
