@@ -131,7 +131,10 @@ def _covered(op: dict[str, Any], table: KernelTable) -> bool:
         return True
     if namespace in ("aten", "npu") and table.has(name, overload):
         return True
-    if op["composite"] or any(mark in name for mark in facts.BACKING_ONLY_MARKS):
+    out = "out" if overload in ("", "default") else f"{overload}_out"
+    if op["composite"] == "structured" and table.has(name, out):
+        return True  # its out= variant has the kernel
+    if op["composite"] == "explicit" or any(mark in name for mark in facts.BACKING_ONLY_MARKS):
         return True
     return bool(op["region"]) and table.has_any(op["region"])
 
@@ -146,7 +149,8 @@ def _fallbacks(ops: list[dict[str, Any]], table: KernelTable) -> Iterable[Findin
     for op in ops:
         if not _covered(op, table):
             missing[op["op"]][op["site"]] += op["calls"]
-    for name, sites in missing.items():
+    for op_name, sites in missing.items():
+        name = op_name.removesuffix(".default")
         calls = sum(sites.values())
         share = calls / total
         yield Finding(
@@ -192,25 +196,29 @@ def _dtypes(ops: list[dict[str, Any]], chip: str) -> Iterable[Finding]:
 def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
     """Per call site: input shapes its operators first met in a later step than their first
     (a shape met again is compiled already; many shapes in one step, such as a model's
-    parameters moved one by one, are not variation), and the data-dependent operators."""
+    parameters moved one by one, are not variation), and the data-dependent operators. New
+    shapes in at most a third of the calls are rare (a smaller last batch)."""
     by_site: dict[str, dict[str, Any]] = {}
     for recording in recordings:
-        last = _last_step(recording)
         for op in recording["ops"]:
             if op["backward"]:
                 continue  # backward follows the forward's shapes
-            entry = by_site.setdefault(
-                op["site"], {"new": 0, "ops": set(), "last_only": True, "dynamic": set()}
-            )
+            entry = by_site.setdefault(op["site"], {"new": 0, "ops": set(), "rare": True, "dynamic": set()})
             if op["data_dependent"]:
                 entry["dynamic"].add(_namespace(op["op"])[1])
             firsts = [_step_of(recording, first) for _, first, _, _ in op["shapes"]]
-            later = [step for step in firsts if step > min(firsts)]
+            later = [
+                calls
+                for (_, _, _, calls), step in zip(op["shapes"], firsts, strict=True)
+                if step > min(firsts)
+            ]
             if not later:
                 continue
             entry["new"] = max(entry["new"], len(later))
-            entry["ops"].add(_namespace(op["op"])[1])
-            entry["last_only"] = entry["last_only"] and all(step == last for step in later)
+            if not any(mark in op["op"] for mark in facts.BACKING_ONLY_MARKS):
+                entry["ops"].add(_namespace(op["op"])[1])
+            entry["rare"] = entry["rare"] and sum(later) * 3 <= op["calls"]
+    varying: dict[bool, list[tuple[str, dict[str, Any]]]] = {True: [], False: []}
     for site, entry in by_site.items():
         if entry["dynamic"]:
             names = ", ".join(sorted(entry["dynamic"]))
@@ -223,26 +231,27 @@ def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
                 "mask) or a fixed-size form (nonzero_static, padding) keeps shapes static",
                 [site],
             )
-        if not entry["new"]:
+        if entry["new"]:
+            varying[entry["rare"]].append((site, entry))
+    for rare, sites in varying.items():
+        if not sites:
             continue
+        sites.sort(key=lambda item: -item[1]["new"])
+        most = sites[0][1]["new"]
         hint = (
-            "only the last step brings a new shape: the last batch is smaller (drop_last=True, or pad it)"
-            if entry["last_only"]
+            "the new shapes are rare, as a smaller last batch of an epoch is (drop_last=True, or pad it)"
+            if rare
             else "pad or bucket the varying dimension (sequence lengths to a few fixed sizes)"
         )
         yield Finding(
             "shapes",
-            20 + min(entry["new"], 30),
-            f"{entry['new']} new input shape(s) after the first step at one call site "
-            f"({', '.join(sorted(entry['ops'])[:4])})",
+            20 + min(most * len(sites), 30),
+            f"input shapes change after the first step at {len(sites)} call site(s), up to {most} new "
+            f"shape(s) at one ({', '.join(sorted(sites[0][1]['ops'])[:4])})",
             f"the NPU compiles an operator again for each new input shape (unless its binary "
             f"kernels cover it): {hint}",
-            [site],
+            [site for site, _ in sites],
         )
-
-
-def _last_step(recording: dict[str, Any]) -> int:
-    return _steps(recording) - 1
 
 
 def _syncs(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
@@ -300,7 +309,7 @@ def _memory(recordings: list[dict[str, Any]], card_gib: float) -> Iterable[Findi
             50 + min(growth / MIB, 40),
             f"NPU memory grows {growth / MIB:,.2f} MiB every step",
             "tensors made in one step are still held in later ones (a list of losses with their "
-            "graphs, a cache of batches); held at the end of the run: "
+            "graphs, a cache of batches); held at the last step's end: "
             + "; ".join(
                 f"{site} {held[site] / MIB:,.2f} MiB from {len(since[site])} steps" for site in growing
             ),

@@ -59,13 +59,14 @@ class Recorder:
         self.optimizer_steps = 0
         self.memory: list[list[int]] = []  # per ended segment: [peak, live at its end, host RSS]
         self._live: dict[int, tuple[int, str, int]] = {}  # storage -> (bytes, site, segment)
+        self._kept: list[tuple[int, str, int]] = []  # what the NPU held at the last step's end
         self._now = 0
         self._peak = 0
         self._calls: list[tuple[str, Any, str]] = []  # the torch calls under way: (where, region, name)
         self._modules: list[str] = []
         self._names: dict[int, str] = {}
         self._regions: dict[str, str] = {}
-        self._composite: dict[Any, bool] = {}
+        self._composite: dict[Any, str] = {}
         self._finished = False
 
     # ------------------------------------------------------------------ where the user's line is
@@ -156,7 +157,7 @@ class Recorder:
         record = self.ops.get(key)
         if record is None:
             record = self.ops[key] = {"calls": 0, "flops": 0, "dtypes": set(), "shapes": {}}
-            record["composite"] = self._is_composite(func)
+            record["composite"] = self._composite_kind(func)
         record["calls"] += 1
         if len(record["dtypes"]) < SHAPES_KEPT:
             record["dtypes"].add(tuple(str(t.dtype).removeprefix("torch.") for t in inputs))
@@ -180,13 +181,20 @@ class Recorder:
             entry[1] += flops
         self._held(out, inputs, device, site)
 
-    def _is_composite(self, func: Any) -> bool:
+    def _composite_kind(self, func: Any) -> str:
+        """How an operator without an NPU kernel of its own still runs there: "explicit" (torch
+        decomposes it for every backend), "structured" (a structured kernel's functional form:
+        it calls its out= variant, which the NPU may register), or ""."""
         found = self._composite.get(func)
         if found is None:
-            found = self._composite[func] = any(
-                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
-                for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
-            )
+            name = func.name()
+            has = torch._C._dispatch_has_kernel_for_dispatch_key
+            found = ""
+            if has(name, "CompositeExplicitAutograd"):
+                found = "explicit"
+            elif has(name, "CompositeExplicitAutogradNonFunctional"):  # a structured kernel's
+                found = "structured" if has(name, "CPU") else "explicit"  # or a real decomposition
+            self._composite[func] = found
         return found
 
     @staticmethod
@@ -259,7 +267,11 @@ class Recorder:
         self.optimizer_steps += 1
         self.end_segment()
 
-    def end_segment(self) -> None:
+    def end_segment(self, boundary: bool = True) -> None:
+        """A step (or part of one) ends; at a boundary the program draws, what the NPU holds is
+        kept with where it was made (the program's own objects are gone by the time it exits)."""
+        if boundary:
+            self._kept = list(self._live.values())
         self.memory.append([self._peak, self._now, _host_bytes()])
         self.segment_steps.append(self.optimizer_steps)
         self.segment += 1
@@ -269,14 +281,14 @@ class Recorder:
 
     def as_json(self) -> dict[str, Any]:
         if self._peak > self._now or not self.memory:
-            self.end_segment()
+            self.end_segment(boundary=False)
         rank = os.environ.get("RANK")
         return {
             "rank": int(rank) if rank and rank.isdigit() else None,
             "step_kind": _STEP_END if self.optimizer_steps else "module call",
             "segment_steps": self.segment_steps,
             "memory": self.memory,
-            "held": [[size, site, segment] for size, site, segment in self._live.values()],
+            "held": [[size, site, segment] for size, site, segment in self._kept],
             "ops": [
                 {
                     "op": op,

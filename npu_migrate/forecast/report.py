@@ -23,7 +23,8 @@ def text(result: Forecast) -> str:
     if not result.npu_calls:
         lines.append("  nothing ran on the NPU: does the program move its model and data there?")
     for finding in result.findings[:SHOWN]:
-        where = f" at {', '.join(finding.sites)}" if finding.sites else ""
+        more = f" and {len(finding.sites) - 3} more" if len(finding.sites) > 3 else ""
+        where = f" at {', '.join(finding.sites[:3])}{more}" if finding.sites else ""
         lines.append(f"  [{finding.kind}] {finding.title}{where}")
         lines.append(f"      {finding.detail}")
     if len(result.findings) > SHOWN:

@@ -1,0 +1,136 @@
+"""The forecast end to end through the CLI: each fixture (a real project's form) run on the
+emulation with `run --emulate --forecast-json`, once with its problem and once as its own
+control; the forecast names the problem at the user's line, and nothing in the control."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cases import FIXTURES, run_cli
+
+FORECAST = FIXTURES / "forecast"
+
+
+def forecast(tmp_path: Path, *script: str, version: str = "2.13.0") -> dict:
+    out = tmp_path / "forecast.json"
+    ran = run_cli(
+        "run", "--emulate", "--forecast-json", str(out), "--torch-npu", version, *script, cwd=FORECAST
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "NPU forecast for torch_npu" in ran.stderr
+    return json.loads(out.read_text())
+
+
+def kinds(result: dict) -> list[str]:
+    return [f["kind"] for f in result["findings"]]
+
+
+def found(result: dict, kind: str) -> list[dict]:
+    return [f for f in result["findings"] if f["kind"] == kind]
+
+
+CASES = [  # script and arguments, the finding expected (kind, words of its title, a site), its control
+    (
+        ["nanogpt_train.py", "--log-interval", "1"],
+        [("shapes", "input shapes change after the first step", "nanogpt_train.py:42"),
+         ("sync", ".item()", "nanogpt_train.py:85")],
+        ["nanogpt_train.py", "--drop-last", "--log-interval", "0"],
+    ),
+    (
+        ["leaky_prefetcher.py"],
+        [("memory", "NPU memory grows", "leaky_prefetcher.py:26")],
+        ["leaky_prefetcher.py", "--no-leak"],
+    ),
+    (
+        ["physics_loss.py"],
+        [("dtype", "float64 on the NPU", "physics_loss.py:26"),
+         ("shapes", "data-dependent output shape (index)", "physics_loss.py:31")],
+        ["physics_loss.py", "--float32", "--where"],
+    ),
+    (
+        ["metric_all_reduce.py"],
+        [("collective", "HCCL refuses allreduce on float64", "metric_all_reduce.py:25")],
+        ["metric_all_reduce.py", "--float32"],
+    ),
+    (
+        ["detection_postprocess.py"],
+        [("fallback", "detlib::nms has no NPU kernel", "detection_postprocess.py:52")],
+        ["detection_postprocess.py", "--batched-topk"],
+    ),
+    (
+        ["encoder_inference.py"],
+        [("fallback", "aten::_transformer_encoder_layer_fwd has no NPU kernel", "encoder_inference.py:23")],
+        ["encoder_inference.py", "--train"],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("script", "expected", "control"), CASES, ids=[c[0][0] for c in CASES])
+def test_the_problem_is_named_and_its_control_is_clean(tmp_path, script, expected, control):
+    result = forecast(tmp_path, *script)
+    for kind, words, site in expected:
+        matching = [f for f in found(result, kind) if words in f["title"]]
+        assert matching, (kind, words, [f["title"] for f in result["findings"]])
+        assert site in matching[0]["sites"], matching[0]
+    clean = forecast(tmp_path, *control)
+    assert clean["findings"] == [], [f["title"] for f in clean["findings"]]
+    assert clean["npu_calls"] > 0
+
+
+def test_the_operator_table_follows_the_torch_npu_version(tmp_path):
+    """Three operators whose NPU kernels came in different torch_npu releases, as the fixture
+    calls them: `isin.Tensor_Tensor` (from 2.5.1), `_native_multi_head_attention` (nn.MultiheadAttention's
+    fast path, from 2.13.0), and `_transformer_encoder_layer_fwd` (none of them)."""
+    gaps = {}
+    for version in ("2.1.0.post3", "2.5.1", "2.13.0"):
+        result = forecast(tmp_path, "encoder_inference.py", version=version)
+        gaps[version] = {f["title"].split()[0] for f in found(result, "fallback")}
+    assert gaps == {
+        "2.1.0.post3": {"aten::isin.Tensor_Tensor", "aten::_native_multi_head_attention",
+                        "aten::_transformer_encoder_layer_fwd"},
+        "2.5.1": {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"},
+        "2.13.0": {"aten::_transformer_encoder_layer_fwd"},
+    }  # fmt: skip
+
+
+def test_steps_memory_and_hot_modules_are_reported(tmp_path):
+    result = forecast(tmp_path, "nanogpt_train.py", "--drop-last", "--log-interval", "0")
+    assert result["step_kind"] == "optimizer" and result["steps"] == 4
+    assert len(result["memory"]) == 4 and all(m["peak_mib"] > 0 for m in result["memory"])
+    blocks = {m["module"] for m in result["hot_modules"]}
+    assert {"GPT.h.0", "GPT.h.1"} <= blocks
+    assert result["total_flops"] > 0
+
+
+def test_html_report_plots_memory(tmp_path):
+    page = tmp_path / "forecast.html"
+    ran = run_cli("run", "--emulate", "--forecast-html", str(page), "leaky_prefetcher.py", cwd=FORECAST)
+    assert ran.returncode == 0, ran.stderr
+    text = page.read_text()
+    assert "NPU memory grows" in text and "leaky_prefetcher.py:26" in text
+    assert "data:image/png;base64," in text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--forecast", "--torch-npu", "9.9"],
+            "no operator table for torch_npu 9.9; tables: 2.1.0.post3, 2.5.1, 2.13.0",
+        ),
+        (["--forecast", "--chip", "H100"], "--chip H100: the forecast knows 910A, 910B"),
+        (["--forecast-json", "missing/f.json"], "missing/f.json: its folder does not exist"),
+        (
+            ["--forecast", "--no-emulate"],
+            "--forecast reads the emulated run: it needs the emulation (--emulate)",
+        ),
+    ],
+)
+def test_bad_forecast_options_are_one_line_errors(tmp_path, options, message):
+    ran = run_cli("run", *options, "physics_loss.py", cwd=FORECAST)
+    assert ran.returncode == 2
+    assert message in " ".join(ran.stderr.split()), ran.stderr
+    assert "Traceback" not in ran.stderr
