@@ -322,6 +322,12 @@ class Recorder:
 class _Watch(TorchDispatchMode):
     """Sees each operator below autograd and hands it, once run, to the recorder."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No dynamo wrapper around the handler: it would import torch._dynamo (a second of a
+        short run) and add a call to every operator; the handler compiles nothing."""
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
