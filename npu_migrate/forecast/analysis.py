@@ -58,6 +58,9 @@ def read_recordings(folder: Path) -> list[dict[str, Any]]:
 
 
 def forecast(recordings: list[dict[str, Any]], table: KernelTable, chip: str, card_gib: float) -> Forecast:
+    recordings = sorted(
+        (r for r in recordings if r["ops"]), key=lambda r: r.get("rank") or 0
+    )  # a launcher ran none
     ops = [op for recording in recordings for op in recording["ops"]]
     steps = max((_steps(r) for r in recordings), default=0)
     findings = [
@@ -67,6 +70,7 @@ def forecast(recordings: list[dict[str, Any]], table: KernelTable, chip: str, ca
         *_syncs(recordings),
         *_memory(recordings, card_gib),
         *_collectives(recordings),
+        *_fused_chances(recordings),
     ]
     findings.sort(key=lambda f: -f.harm)
     main: dict[str, Any] = (
@@ -330,6 +334,7 @@ def _growth(per_step: list[dict[str, float]]) -> float | None:
 
 
 def _collectives(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
+    yield from _shared_devices(recordings)
     seen: set[tuple[str, str, str]] = set()
     for recording in recordings:
         for name, dtypes, size, site, calls in recording["collectives"]:
@@ -347,6 +352,58 @@ def _collectives(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
                 f"({', '.join(sorted(wanted))})",
                 [site],
             )
+
+
+def _shared_devices(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
+    """Ranks of one host that run on another rank's NPU: HCCL makes each rank's communicator on
+    its current NPU, NPU 0 until `torch.npu.set_device(local_rank)`, so ranks that never set it
+    share NPU 0 (HCCL refuses two ranks on one device)."""
+    wrong = {
+        recording["local_rank"]: sorted(recording["devices"].items())[0]
+        for recording in recordings
+        if recording.get("world_size", 1) > 1
+        and recording.get("local_rank") is not None
+        and str(recording["local_rank"]) not in recording["devices"]
+        and recording["devices"]
+    }
+    if wrong:
+        ranks = ", ".join(f"local rank {rank} on npu:{device}" for rank, (device, _) in sorted(wrong.items()))
+        yield Finding(
+            "collective",
+            100,
+            f"ranks run on another rank's NPU ({ranks})",
+            "each rank's HCCL communicator lives on its current NPU: call "
+            "torch.npu.set_device(local_rank) before init_process_group and before moving tensors "
+            'to "npu"',
+            sorted({site for _, site in wrong.values()}),
+        )
+
+
+def _fused_chances(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
+    """Module classes whose own operators form what a torch_npu fused operator does, by their
+    share of the run's operator calls."""
+    for recording in recordings[:1]:
+        total = sum(sum(ops.values()) for ops in recording["module_ops"].values()) or 1
+        by_class: dict[str, Counter[str]] = defaultdict(Counter)
+        count: Counter[str] = Counter()
+        for path, ops in recording["module_ops"].items():
+            kind = recording["modules"].get(path, ["(no module)"])[0] or "(no module)"
+            by_class[kind].update(ops)
+            count[kind] += 1
+        for kind, ops in by_class.items():
+            for pattern in facts.FUSED_PATTERNS:
+                if kind == "(no module)" or not pattern.operators <= ops.keys():
+                    continue
+                share = sum(ops.values()) / total
+                yield Finding(
+                    "fused",
+                    10 + 20 * share,
+                    f"{kind} computes {pattern.what} unfused ({share:.0%} of the operator calls): "
+                    f"{pattern.fused}",
+                    f"{count[kind]} module(s) of this class run {', '.join(sorted(pattern.operators))} "
+                    f"themselves; {pattern.fused} does it in one kernel (`npu-migrate apply --unsafe` "
+                    "swaps the forms the scan recognises and names those it leaves to a human)",
+                )
 
 
 def _hot_modules(recordings: list[dict[str, Any]], limit: int = 8) -> list[dict[str, Any]]:

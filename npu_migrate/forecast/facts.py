@@ -60,3 +60,27 @@ DTYPE_FACTS = (
 # Chips whose AI Core has no bfloat16 (torch.npu.is_bf16_supported() is False there).
 NO_BF16_CHIPS = frozenset({"910A"})
 CARD_GIB = {"910A": 32, "910B": 64}  # HBM per chip: Atlas 800 (910A) and Atlas 800T A2 (910B) data sheets
+
+
+@dataclass(frozen=True)
+class FusedPattern:
+    """Operators a module runs itself (its children's apart) that a torch_npu fused operator
+    does in one kernel."""
+
+    what: str
+    operators: frozenset[str]
+    fused: str
+
+
+FUSED_PATTERNS = (
+    FusedPattern("RMSNorm", frozenset({"pow", "mean", "rsqrt", "mul"}), "torch_npu.npu_rms_norm"),
+    FusedPattern(
+        "eager attention (softmax between two matrix products)",
+        frozenset({"bmm", "_softmax"}),
+        "torch_npu.npu_fusion_attention",
+    ),
+    FusedPattern("SwiGLU", frozenset({"silu", "mul"}), "torch_npu.npu_swiglu"),
+    FusedPattern(
+        "rotary embedding (rotate_half)", frozenset({"neg", "cat", "mul", "add"}), "torch_npu.npu_rotary_mul"
+    ),
+)

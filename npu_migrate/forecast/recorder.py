@@ -50,10 +50,13 @@ class Recorder:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self._files: dict[str, str | None] = {}
+        self._mine: set[str] = set()  # the files under the root: the user's own
         self.ops: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
         self.syncs: dict[tuple[str, str], list[int]] = {}  # (kind, site) -> [calls, first, last segment]
         self.collectives: dict[tuple[str, str, int, str], int] = {}
+        self.devices: dict[int, str] = {}  # NPU index -> the first site that ran an operator there
         self.module_flops: dict[str, list[Any]] = {}  # module path -> [class, flops, calls]
+        self.module_ops: dict[str, dict[str, int]] = {}  # module path -> its own operators' calls
         self.segment = 0
         self.segment_steps: list[int] = []  # per ended segment: the optimizer steps before it
         self.optimizer_steps = 0
@@ -82,20 +85,30 @@ class Recorder:
         if not filename.startswith("<") and not _skipped(path):
             if path.is_relative_to(self.root):
                 name = path.relative_to(self.root).as_posix()
+                self._mine.add(filename)
             else:
                 name = _after_site_packages(path)
         self._files[filename] = name
         return name
 
-    def site(self) -> str:
-        """`file:line` of the innermost frame in the user's (or a library's) code."""
+    def site(self) -> tuple[str, str]:
+        """`file:line` of the innermost frame in the user's code, or in a library's followed by
+        the user's line that led there (`diffusers/models/attention.py:88 (from infer.py:12)`);
+        and the emulated torch_npu operator (`npu_rms_norm`) the call runs inside, or ''."""
         frame = sys._getframe(2)
+        found, fused = "", ""
         while frame is not None:
-            name = self._report_name(frame.f_code.co_filename)
+            code = frame.f_code
+            if code.co_filename == _FUSED_OPERATORS and not code.co_name.startswith("_"):
+                fused = code.co_name  # the outermost public one: what the program called
+            name = self._report_name(code.co_filename)
             if name is not None:
-                return f"{name}:{frame.f_lineno}"
+                here = f"{name}:{frame.f_lineno}"
+                if code.co_filename in self._mine:
+                    return (f"{found} (from {here})" if found else here), fused
+                found = found or here
             frame = frame.f_back  # type: ignore[assignment]
-        return "?"
+        return found or "?", fused
 
     # ------------------------------------------------------------------ torch calls (function mode)
 
@@ -107,7 +120,7 @@ class Recorder:
         if source is None or tensors.index(source) is None:
             return
         if (name in SYNCS or (name in MOVES_TO_HOST and target == tensors.HOST)) and self._asked_by_user():
-            self._sync(name, self.site())
+            self._sync(name, self.site()[0])
 
     def _asked_by_user(self) -> bool:
         """Whether the torch call was made outside torch's own code: torch's internal moves
@@ -148,8 +161,9 @@ class Recorder:
         if target == tensors.HOST or (target != tensors.NPU and device is None):
             return
         device = state.current if device is None else device
-        site = self.site()
-        name, overload = func._schema.name, func._overloadname
+        site, fused = self.site()
+        self.devices.setdefault(device, site)
+        name, overload = (f"npu::{fused}", "default") if fused else (func._schema.name, func._overloadname)
         if name.startswith("c10d::"):
             self._collective(name, args, inputs, site)
         backward = torch._C._current_autograd_node() is not None
@@ -157,7 +171,7 @@ class Recorder:
         record = self.ops.get(key)
         if record is None:
             record = self.ops[key] = {"calls": 0, "flops": 0, "dtypes": set(), "shapes": {}}
-            record["composite"] = self._composite_kind(func)
+            record["composite"] = "" if fused else self._composite_kind(func)
         record["calls"] += 1
         if len(record["dtypes"]) < SHAPES_KEPT:
             record["dtypes"].add(tuple(str(t.dtype).removeprefix("torch.") for t in inputs))
@@ -169,16 +183,18 @@ class Recorder:
             seen[2] += 1
         elif len(shapes) < SHAPES_KEPT:
             shapes[shape] = [self.segment, self.segment, 1]
-        short = name.removeprefix("aten::")
+        short = name.partition("::")[2]
         if short in DATA_DEPENDENT or (short in ("index", "index_put_") and _bool_index(args)):
             record["data_dependent"] = True
             self._sync(f"{short} (data-dependent shape)", site)
         flops = self._flops(func, args, kwargs, out)
         record["flops"] += flops
-        if flops and not backward:
+        if not backward:
             module = self._modules[-1] if self._modules else "(no module)"
-            entry = self.module_flops.setdefault(module, ["", 0, 0])
-            entry[1] += flops
+            ops = self.module_ops.setdefault(module, {})
+            ops[short] = ops.get(short, 0) + 1
+            if flops:
+                self.module_flops.setdefault(module, ["", 0, 0])[1] += flops
         self._held(out, inputs, device, site)
 
     def _composite_kind(self, func: Any) -> str:
@@ -282,9 +298,12 @@ class Recorder:
     def as_json(self) -> dict[str, Any]:
         if self._peak > self._now or not self.memory:
             self.end_segment(boundary=False)
-        rank = os.environ.get("RANK")
+        rank, local = os.environ.get("RANK", ""), os.environ.get("LOCAL_RANK", "")
         return {
-            "rank": int(rank) if rank and rank.isdigit() else None,
+            "rank": int(rank) if rank.isdigit() else None,
+            "local_rank": int(local) if local.isdigit() else None,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+            "devices": {str(index): site for index, site in self.devices.items()},
             "step_kind": _STEP_END if self.optimizer_steps else "module call",
             "segment_steps": self.segment_steps,
             "memory": self.memory,
@@ -307,6 +326,7 @@ class Recorder:
             "syncs": [[kind, site, *counts] for (kind, site), counts in self.syncs.items()],
             "collectives": [[*key, calls] for key, calls in self.collectives.items()],
             "modules": self.module_flops,
+            "module_ops": self.module_ops,
         }
 
     def finish(self, folder: Path) -> None:
@@ -339,6 +359,7 @@ class _Watch(TorchDispatchMode):
 _MODE = _Watch()
 ACTIVE: Recorder | None = None
 _LIBRARIES = frozenset({"site-packages", "dist-packages"})
+_FUSED_OPERATORS = str(Path(__file__).parents[1] / "emulation" / "ops.py")  # the emulated torch_npu operators
 _OWN = tuple(
     str(folder.resolve()) + os.sep for folder in (Path(torch.__file__).parent, Path(__file__).parents[1])
 )

@@ -33,9 +33,9 @@ def recorded(request: Request, root: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            from npu_migrate.forecast import recorder  # this process's own part of the run
-
-            recorder.finish()
+            recorder = sys.modules.get("npu_migrate.forecast.recorder")  # loaded where this process ran
+            if recorder is not None:  # the script itself (a launcher's children leave their own)
+                recorder.finish()
             del os.environ[FOLDER_VARIABLE], os.environ[ROOT_VARIABLE]
             result = analysis.forecast(
                 analysis.read_recordings(Path(folder)), request.table, request.chip, request.card_gib

@@ -56,6 +56,11 @@ CASES = [  # script and arguments, the finding expected (kind, words of its titl
         ["metric_all_reduce.py", "--float32"],
     ),
     (
+        ["torchrun", "--nproc_per_node", "2", "ddp_device.py"],
+        [("collective", "ranks run on another rank's NPU (local rank 1 on npu:0)", "ddp_device.py:24")],
+        ["torchrun", "--nproc_per_node", "2", "ddp_device.py", "--set-device"],
+    ),
+    (
         ["detection_postprocess.py"],
         [("fallback", "detlib::nms has no NPU kernel", "detection_postprocess.py:52")],
         ["detection_postprocess.py", "--batched-topk"],
@@ -68,7 +73,9 @@ CASES = [  # script and arguments, the finding expected (kind, words of its titl
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("script", "expected", "control"), CASES, ids=[c[0][0] for c in CASES])
+@pytest.mark.parametrize(
+    ("script", "expected", "control"), CASES, ids=[next(a for a in c[0] if a.endswith(".py")) for c in CASES]
+)
 def test_the_problem_is_named_and_its_control_is_clean(tmp_path, script, expected, control):
     result = forecast(tmp_path, *script)
     for kind, words, site in expected:
@@ -134,3 +141,31 @@ def test_bad_forecast_options_are_one_line_errors(tmp_path, options, message):
     assert ran.returncode == 2
     assert message in " ".join(ran.stderr.split()), ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_fused_chances_follow_what_apply_fused(tmp_path):
+    """The LLaMA fixture migrated by default computes RMSNorm, rotate_half RoPE and SwiGLU
+    unfused; after `apply --unsafe` the first two run torch_npu's fused operators and only the
+    SwiGLU of two projections, which no rule swaps, is left."""
+    default, unsafe = tmp_path / "default", tmp_path / "unsafe"
+    for out, options in ((default, []), (unsafe, ["--unsafe"])):
+        applied = run_cli(
+            "apply", *options, str(FIXTURES / "llama_tiny" / "src"), "--out", str(out), cwd=tmp_path
+        )
+        assert applied.returncode in (0, 1), applied.stderr
+    chances = {}
+    for out in (default, unsafe):
+        report = out / "forecast.json"
+        ran = run_cli("run", "--emulate", "--forecast-json", str(report), "train.py", cwd=out)
+        assert ran.returncode == 0, ran.stderr
+        chances[out.name] = sorted(
+            f["title"].split(" unfused")[0] for f in found(json.loads(report.read_text()), "fused")
+        )
+    assert chances == {
+        "default": [
+            "Attention computes rotary embedding (rotate_half)",
+            "MLP computes SwiGLU",
+            "RMSNorm computes RMSNorm",
+        ],
+        "unsafe": ["MLP computes SwiGLU"],
+    }
