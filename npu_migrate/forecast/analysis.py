@@ -179,7 +179,7 @@ def _dtypes(ops: list[dict[str, Any]], chip: str) -> Iterable[Finding]:
             "Ascend 910A: float16 and float32 only",
         )
     hits: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-    for op in ops:
+    for op in (op for op in ops if not op["view"]):  # a view of a float64 tensor computes nothing
         for dtype in {d for signature in op["dtypes"] for d in signature} & wanted.keys():
             hits[dtype][op["op"]][op["site"]] += op["calls"]
     for dtype, by_op in hits.items():
@@ -385,14 +385,18 @@ def _fused_chances(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
     for recording in recordings[:1]:
         total = sum(sum(ops.values()) for ops in recording["module_ops"].values()) or 1
         by_class: dict[str, Counter[str]] = defaultdict(Counter)
+        pairs: dict[str, set[str]] = defaultdict(set)
         count: Counter[str] = Counter()
         for path, ops in recording["module_ops"].items():
             kind = recording["modules"].get(path, ["(no module)"])[0] or "(no module)"
             by_class[kind].update(ops)
+            pairs[kind].update(recording["module_pairs"].get(path, ()))
             count[kind] += 1
         for kind, ops in by_class.items():
             for pattern in facts.FUSED_PATTERNS:
-                if kind == "(no module)" or not pattern.operators <= ops.keys():
+                if kind == "(no module)" or not (
+                    pattern.operators <= ops.keys() and pattern.pairs <= pairs[kind]
+                ):
                     continue
                 share = sum(ops.values()) / total
                 yield Finding(

@@ -65,21 +65,27 @@ CARD_GIB = {"910A": 32, "910B": 64}  # HBM per chip: Atlas 800 (910A) and Atlas 
 @dataclass(frozen=True)
 class FusedPattern:
     """Operators a module runs itself (its children's apart) that a torch_npu fused operator
-    does in one kernel."""
+    does in one kernel, and pairs of them that run one right after the other (views aside)."""
 
     what: str
     operators: frozenset[str]
     fused: str
+    pairs: frozenset[str] = frozenset()
 
 
 FUSED_PATTERNS = (
-    FusedPattern("RMSNorm", frozenset({"pow", "mean", "rsqrt", "mul"}), "torch_npu.npu_rms_norm"),
+    FusedPattern(
+        "RMSNorm",
+        frozenset({"pow", "mean", "rsqrt", "mul"}),
+        "torch_npu.npu_rms_norm",
+        frozenset({"rsqrt>mul"}),
+    ),
     FusedPattern(
         "eager attention (softmax between two matrix products)",
         frozenset({"bmm", "_softmax"}),
         "torch_npu.npu_fusion_attention",
     ),
-    FusedPattern("SwiGLU", frozenset({"silu", "mul"}), "torch_npu.npu_swiglu"),
+    FusedPattern("SwiGLU", frozenset({"silu", "mul"}), "torch_npu.npu_swiglu", frozenset({"silu>mul"})),
     FusedPattern(
         "rotary embedding (rotate_half)", frozenset({"neg", "cat", "mul", "add"}), "torch_npu.npu_rotary_mul"
     ),

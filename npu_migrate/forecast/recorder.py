@@ -57,6 +57,8 @@ class Recorder:
         self.devices: dict[int, str] = {}  # NPU index -> the first site that ran an operator there
         self.module_flops: dict[str, list[Any]] = {}  # module path -> [class, flops, calls]
         self.module_ops: dict[str, dict[str, int]] = {}  # module path -> its own operators' calls
+        self.module_pairs: dict[str, set[str]] = {}  # module path -> "a>b": b ran right after a
+        self._previous: dict[str, str] = {}  # module path -> its last operator in this call
         self.segment = 0
         self.segment_steps: list[int] = []  # per ended segment: the optimizer steps before it
         self.optimizer_steps = 0
@@ -167,11 +169,14 @@ class Recorder:
         if name.startswith("c10d::"):
             self._collective(name, args, inputs, site)
         backward = torch._C._current_autograd_node() is not None
+        if backward:
+            site += " (backward)"  # the line that started it: autograd runs the graph from there
         key = (f"{name}.{overload}", "" if backward else region, site, backward)
         record = self.ops.get(key)
         if record is None:
             record = self.ops[key] = {"calls": 0, "flops": 0, "dtypes": set(), "shapes": {}}
             record["composite"] = "" if fused else self._composite_kind(func)
+            record["view"] = not fused and func.is_view  # a view computes nothing
         record["calls"] += 1
         if len(record["dtypes"]) < SHAPES_KEPT:
             record["dtypes"].add(tuple(str(t.dtype).removeprefix("torch.") for t in inputs))
@@ -193,6 +198,11 @@ class Recorder:
             module = self._modules[-1] if self._modules else "(no module)"
             ops = self.module_ops.setdefault(module, {})
             ops[short] = ops.get(short, 0) + 1
+            if not record["view"]:  # which operator follows which in the module's own code
+                previous = self._previous.get(module)
+                if previous is not None:
+                    self.module_pairs.setdefault(module, set()).add(f"{previous}>{short}")
+                self._previous[module] = short
             if flops:
                 self.module_flops.setdefault(module, ["", 0, 0])[1] += flops
         self._held(out, inputs, device, site)
@@ -269,6 +279,7 @@ class Recorder:
                     self._names.setdefault(id(child), f"{root}.{path}" if path else root)
                 name = self._names[id(module)]
         self._modules.append(name)
+        self._previous.pop(name, None)
         entry = self.module_flops.setdefault(name, [type(module).__name__, 0, 0])
         entry[0] = type(module).__name__
         entry[2] += 1
@@ -317,6 +328,7 @@ class Recorder:
                     "calls": record["calls"],
                     "flops": record["flops"],
                     "composite": record["composite"],
+                    "view": record["view"],
                     "data_dependent": record.get("data_dependent", False),
                     "dtypes": sorted(record["dtypes"]),
                     "shapes": [[list(map(list, shape)), *seen] for shape, seen in record["shapes"].items()],
@@ -327,6 +339,7 @@ class Recorder:
             "collectives": [[*key, calls] for key, calls in self.collectives.items()],
             "modules": self.module_flops,
             "module_ops": self.module_ops,
+            "module_pairs": {name: sorted(pairs) for name, pairs in self.module_pairs.items()},
         }
 
     def finish(self, folder: Path) -> None:
