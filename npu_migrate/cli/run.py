@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from npu_migrate.cli import common
-from npu_migrate.forecast import facts, kernels, session
+from npu_migrate.cli import common, forecasting
+from npu_migrate.forecast import kernels, session
 
 # Options after the script are the script's own.
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -54,21 +54,9 @@ def run(
         Path | None,
         typer.Option("--forecast-html", help="Write the forecast as an HTML page here (implies --forecast)."),
     ] = None,
-    torch_npu: Annotated[
-        str, typer.Option("--torch-npu", help="The torch_npu version whose NPU operators the forecast reads.")
-    ] = "2.13.0",
-    chip: Annotated[
-        str, typer.Option("--chip", help="The Ascend chip the forecast is for: 910B (Atlas A2) or 910A.")
-    ] = "910B",
-    card_memory: Annotated[
-        float | None,
-        typer.Option(
-            "--card-memory",
-            min=0.001,
-            help="The card's memory in GiB the forecast holds the peak against (default: the chip's).",
-            show_default=False,
-        ),
-    ] = None,
+    torch_npu: forecasting.TorchNpu = kernels.DEFAULT_VERSION,
+    chip: forecasting.Chip = "910B",
+    card_memory: forecasting.CardMemory = None,
 ) -> None:
     """Run a migrated script as `python SCRIPT ARGS` would, or a launcher and every process it
     starts, on the NPU emulation where no NPU exists."""
@@ -95,7 +83,7 @@ def run(
     if forecast or forecast_json is not None or forecast_html is not None:
         if not emulate:
             common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
-        wanted = _forecast_request(torch_npu, chip, card_memory, forecast_json, forecast_html)
+        wanted = forecasting.request(torch_npu, chip, card_memory, forecast_json, forecast_html)
     command = None if path.is_file() else shutil.which(script, path=search_path(emulate))
     if not path.is_file() and command is None:
         common.fail(f"no such script or command: {script}")
@@ -113,19 +101,3 @@ def run(
 
 
 #####VERIFY
-
-
-def _forecast_request(
-    version: str, chip: str, card_memory: float | None, json_path: Path | None, html_path: Path | None
-) -> session.Request:
-    """The forecast asked for, or a one-line error naming what there is."""
-    if chip not in facts.CARD_GIB:
-        common.fail(f"--chip {chip}: the forecast knows {', '.join(facts.CARD_GIB)}")
-    try:
-        table = kernels.load(version)
-    except ValueError as exc:
-        common.fail(str(exc))
-    for path in (json_path, html_path):
-        if path is not None and not path.parent.is_dir():
-            common.fail(f"{path}: its folder does not exist")
-    return session.Request(table, chip, card_memory or facts.CARD_GIB[chip], json_path, html_path)

@@ -15,9 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
-from npu_migrate.cli import common
+from npu_migrate.cli import common, forecasting
 from npu_migrate.cli.apply import enabled_fixes
 from npu_migrate.discover import DEFAULT_MAX_BYTES
+from npu_migrate.forecast import kernels
 from npu_migrate.model import Applicability, FileOutcome, SourceFile
 from npu_migrate.pipeline import RuleSource
 from npu_migrate.write import write_outcomes
@@ -154,6 +155,18 @@ def verify(
             "breaks it. --timeout limits each side; --json and --html write the comparison."
         ),
     ] = None,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help="Also say what a real NPU will do with the migrated model (the emulated side's run: "
+            "operators without an NPU kernel, dtypes, shapes, host syncs, memory, collectives); in "
+            "the report, --json and --html.",
+        ),
+    ] = False,
+    torch_npu: forecasting.TorchNpu = kernels.DEFAULT_VERSION,
+    chip: forecasting.Chip = "910B",
+    card_memory: forecasting.CardMemory = None,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
     if tests is not None:
@@ -167,6 +180,9 @@ def verify(
     _check_entry(entry, [t for t in (tree, original, migrated) if t is not None])
     if nproc and (dump is not None or onnx):
         common.fail("--nproc runs the model in several ranks; --dump and --onnx work on one process")
+    wanted = forecasting.request(torch_npu, chip, card_memory) if forecast else None
+    if wanted is not None and emulate is False:
+        common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
     try:
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
@@ -198,6 +214,7 @@ def verify(
             weights_map=_weights_map(weights_map) if weights_map else {},
             dump=dump.resolve() if dump else None,
             nproc=nproc or 0,
+            forecast=wanted is not None,
             stand_ins=chosen,
             limits=Thresholds(
                 cosine_warn=cosine_warn,
@@ -219,6 +236,11 @@ def verify(
                 status.stop()
                 common.fail(str(exc))
         result.command = shlex.join(["npu-migrate", *sys.argv[1:]])
+        if wanted is not None:
+            from npu_migrate.forecast import analysis
+
+            recordings = analysis.read_recordings(orchestrate.forecast_folder(runs.work))
+            result.forecast = analysis.forecast(recordings, wanted.table, wanted.chip, wanted.card_gib)
         if copy is not None:
             result.trees = (
                 str(tree),

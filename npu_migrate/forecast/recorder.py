@@ -15,6 +15,7 @@ Needs torch; installed by the emulation (`emulation.activate`) where FOLDER_VARI
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -73,6 +74,7 @@ class Recorder:
         self._regions: dict[str, str] = {}
         self._composite: dict[Any, str] = {}
         self._finished = False
+        self.paused = False  # verify's own replays of the modules: not the program's work
 
     # ------------------------------------------------------------------ where the user's line is
 
@@ -119,7 +121,7 @@ class Recorder:
         target = "" if where is None else where[0]
         self._calls.append((target, self._region(func, name), name))
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if source is None or tensors.index(source) is None:
+        if self.paused or source is None or tensors.index(source) is None:
             return
         if (name in SYNCS or (name in MOVES_TO_HOST and target == tensors.HOST)) and self._asked_by_user():
             self._sync(name, self.site()[0])
@@ -157,6 +159,8 @@ class Recorder:
     # ------------------------------------------------------------------ operators (dispatch mode)
 
     def operator(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if self.paused:
+            return
         inputs = list(_tensors_of(args, kwargs))
         target, region, _ = self._calls[-1] if self._calls else ("", "", "")
         device = next((d for t in inputs if (d := tensors.index(t)) is not None), None)
@@ -268,6 +272,8 @@ class Recorder:
     # ------------------------------------------------------------------ modules and steps
 
     def module_called(self, module: torch.nn.Module) -> None:
+        if self.paused:
+            return
         name = self._names.get(id(module))
         if name is None:
             root = type(module).__name__
@@ -285,6 +291,8 @@ class Recorder:
         entry[2] += 1
 
     def module_returned(self) -> None:
+        if self.paused:
+            return
         if self._modules:
             self._modules.pop()
         if not self._modules and not self.optimizer_steps:
@@ -406,6 +414,19 @@ def start_if_asked() -> None:
     register_optimizer_step_post_hook(lambda *_: ACTIVE.optimizer_stepped())
     _MODE.__enter__()
     atexit.register(ACTIVE.finish, Path(folder))
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Nothing done meanwhile is recorded (verify's replays); nothing to do where none records."""
+    if ACTIVE is None:
+        yield
+        return
+    ACTIVE.paused = True
+    try:
+        yield
+    finally:
+        ACTIVE.paused = False
 
 
 def finish() -> None:

@@ -235,6 +235,20 @@ def _evidence(comparison: Any) -> list[str]:
     return _section("evidence", title[0].upper() + title[1:], _table(header, table, ["bad"] * len(table)))
 
 
+def _forecast(result: Result) -> list[str]:
+    """What a real NPU will do with the migrated model (--forecast), ranked by expected harm."""
+    forecast = result.forecast
+    if forecast is None:
+        return []
+    rows = [[f.kind, f.title, ", ".join(f.sites), f.detail] for f in forecast.findings]
+    found = _table(["kind", "finding", "where", "why"], rows) if rows else "<p>nothing found</p>"
+    return _section(
+        "forecast",
+        f"What the NPU will do with it (torch_npu {forecast.torch_npu}, Ascend {forecast.chip})",
+        found,
+    )
+
+
 def write_html(path: Path, result: Result) -> None:
     """The report as one file: every image embedded, no script, readable offline."""
     comparison = result.comparison
@@ -258,6 +272,7 @@ def write_html(path: Path, result: Result) -> None:
     if comparison.steps:
         parts += _steps(comparison)
     parts += _memory(comparison.memory)
+    parts += _forecast(result)
     parts += _tensors(comparison)
     parts.append("</body></html>")
     path.write_text("\n".join(parts), encoding="utf-8")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ class Options:
     weights_map: dict[str, WeightSource] = field(default_factory=dict)  # migrated name -> original
     dump: Path | None = None  # msprobe dumps of each side's forward, in dump/original and dump/migrated
     nproc: int = 0  # each side under torchrun with this many ranks (0: one plain process)
+    forecast: bool = False  # the emulated migrated side records what it dispatches (npu_migrate.forecast)
     # the CUDA-only libraries the original may import as plain-torch stand-ins, by release
     stand_ins: dict[str, str] = field(default_factory=lambda: stand_ins.choose([]))
 
@@ -63,6 +65,12 @@ class Result:
     # --nproc: the rank shown (the first that diverges, else 0) and every rank's verdict
     rank: int | None = None
     ranks: list[Comparison] = field(default_factory=list)
+    forecast: Any = None  # --forecast: what a real NPU will do with the migrated side (forecast.analysis)
+
+
+def forecast_folder(work: Path) -> Path:
+    """Where the migrated side's processes leave their forecast recordings."""
+    return work / "forecast"
 
 
 def _side(
@@ -103,6 +111,13 @@ def _side(
         from npu_migrate.emulation import site_pythonpath
 
         env["PYTHONPATH"] = site_pythonpath(env)
+        if options.forecast:
+            from npu_migrate.forecast import FOLDER_VARIABLE, ROOT_VARIABLE
+
+            recordings = forecast_folder(work)
+            shutil.rmtree(recordings, ignore_errors=True)  # a bisect's earlier copy left its own
+            recordings.mkdir()
+            env[FOLDER_VARIABLE], env[ROOT_VARIABLE] = str(recordings), str(tree.resolve())
     launcher = (
         ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={options.nproc}"]
         if options.nproc

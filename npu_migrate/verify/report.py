@@ -231,6 +231,10 @@ def print_result(console: Console, result: Result, worst: int = 8) -> None:
             "peak is the emulated operators' (which compute the fused attention in blocks, as the "
             "real kernel does)"
         )
+    if result.forecast is not None:
+        from npu_migrate.forecast.report import text
+
+        console.print(text(result.forecast), markup=False, highlight=False)
 
 
 def _print_onnx(console: Console, comparison: Any) -> None:
@@ -276,6 +280,7 @@ def write_json(path: Path, result: Result) -> None:
             for number, comparison in enumerate(result.ranks)
         ],
         **result.comparison.as_dict(),
+        "forecast": result.forecast.as_json() if result.forecast is not None else None,
     }
     path.write_text(json.dumps(data, indent=2, default=_plain) + "\n", encoding="utf-8")
 

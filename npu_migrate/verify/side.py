@@ -15,7 +15,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -250,9 +250,16 @@ def run(request: SideRequest) -> SideReport:
         return _original(request)
     import torch_npu  # the real one, or the emulation's stand-in (on PYTHONPATH)
 
+    from npu_migrate.forecast import recorder
+
+    @contextlib.contextmanager
+    def uncounted() -> Iterator[None]:
+        with fused.paused(), recorder.paused():  # verify's own replays: not the program's calls
+            yield
+
     with FusedCalls(torch_npu, Path(request.tree).resolve()) as fused:
         try:
-            report = _run(request, fused.paused, fused.watch_guards)
+            report = _run(request, uncounted, fused.watch_guards)
         finally:
             fused.close()
     report.fused_calls = dict(sorted(fused.counts.items()))

@@ -169,3 +169,21 @@ def test_fused_chances_follow_what_apply_fused(tmp_path):
         ],
         "unsafe": ["MLP computes SwiGLU"],
     }
+
+
+def test_verify_forecasts_the_migrated_side(tmp_path):
+    """`verify --forecast`: the emulated migrated side's run, in the terminal report, --json and
+    --html; Wan2.1's varlen attention swapped for npu_fusion_attention reads its sequence lengths
+    on the host (`.tolist()`), which the forecast names; verify's own replays are not counted."""
+    report, page = tmp_path / "verify.json", tmp_path / "verify.html"
+    ran = run_cli(
+        "verify", str(FIXTURES / "verify" / "wan_dit" / "original"), "--unsafe", "--entry", "entry.py:build",
+        "--forecast", "--json", str(report), "--html", str(page), cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "NPU forecast for torch_npu 2.13.0" in ran.stdout
+    result = json.loads(report.read_text())["forecast"]
+    syncs = found(result, "sync")
+    assert [s["sites"] for s in syncs] == [["dit/attention.py:45"], ["dit/attention.py:46"]]
+    assert result["steps"] == 8  # the side's forwards (warm-up, timed, recorded), not its replays
+    assert "What the NPU will do with it" in page.read_text() and "dit/attention.py:45" in page.read_text()
