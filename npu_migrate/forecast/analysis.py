@@ -41,6 +41,7 @@ class Forecast:
     memory: list[dict[str, float]]  # per step: peak and end MiB on the NPU, host MiB
     hot_modules: list[dict[str, Any]]
     total_flops: int
+    shape_variety: list[dict[str, Any]]  # call sites by their new input shapes after the first step
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +89,7 @@ def forecast(recordings: list[dict[str, Any]], table: KernelTable, chip: str, ca
         memory=_memory_per_step(main),
         hot_modules=_hot_modules(recordings),
         total_flops=sum(op["flops"] for op in ops),
+        shape_variety=_shape_variety(recordings),
     )
 
 
@@ -197,7 +199,7 @@ def _dtypes(ops: list[dict[str, Any]], chip: str) -> Iterable[Finding]:
         )
 
 
-def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
+def _shape_sites(recordings: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per call site: input shapes its operators first met in a later step than their first
     (a shape met again is compiled already; many shapes in one step, such as a model's
     parameters moved one by one, are not variation), and the data-dependent operators. New
@@ -222,6 +224,18 @@ def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
             if not any(mark in op["op"] for mark in facts.BACKING_ONLY_MARKS):
                 entry["ops"].add(_namespace(op["op"])[1])
             entry["rare"] = entry["rare"] and sum(later) * 3 <= op["calls"]
+    return by_site
+
+
+def _shape_variety(recordings: list[dict[str, Any]], limit: int = 15) -> list[dict[str, Any]]:
+    """The call sites with the most new shapes after the first step (the HTML report plots them)."""
+    sites = sorted(_shape_sites(recordings).items(), key=lambda item: -item[1]["new"])
+    return [{"site": site, "new_shapes": entry["new"]} for site, entry in sites[:limit] if entry["new"]]
+
+
+def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
+    """Findings of shapes that vary and of data-dependent operators (_shape_sites)."""
+    by_site = _shape_sites(recordings)
     varying: dict[bool, list[tuple[str, dict[str, Any]]]] = {True: [], False: []}
     for site, entry in by_site.items():
         if entry["dynamic"]:

@@ -7,7 +7,9 @@ import base64
 import html
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from npu_migrate.forecast.analysis import Forecast
 
@@ -60,22 +62,56 @@ def write_html(result: Forecast, path: Path) -> None:
         f"<td>{html.escape(', '.join(f.sites))}</td><td>{html.escape(f.detail)}</td></tr>"
         for f in result.findings
     )
-    plot = _memory_plot(result)
-    image = f'<img alt="NPU memory per step" src="data:image/png;base64,{plot}">' if plot else ""
+    images = "".join(
+        f'<img alt="{alt}" src="data:image/png;base64,{plot}">'
+        for alt, plot in (
+            ("NPU memory per step", _memory_plot(result)),
+            ("new shapes per call site", _shape_plot(result)),
+        )
+        if plot
+    )
     page = (
         "<!doctype html><meta charset='utf-8'><title>NPU forecast</title>"
         f"<h1>NPU forecast: torch_npu {html.escape(result.torch_npu)}, Ascend {html.escape(result.chip)}</h1>"
         f"<p>{result.npu_calls:,} NPU operator calls over {result.steps} step(s).</p>"
         "<table border=1><tr><th>kind</th><th>finding</th><th>where</th><th>why</th></tr>"
-        f"{rows}</table>{image}"
+        f"{rows}</table>{images}"
     )
     path.write_text(page, encoding="utf-8")
 
 
 def _memory_plot(result: Forecast) -> str:
-    """The NPU memory per step as a PNG (base64), or '' without matplotlib or steps."""
+    """The NPU memory per step, or '' with fewer than two steps."""
     if len(result.memory) < 2:
         return ""
+    steps = [m["step"] for m in result.memory]
+
+    def draw(axes: Any) -> None:
+        axes.plot(steps, [m["peak_mib"] for m in result.memory], label="peak")
+        axes.plot(steps, [m["end_mib"] for m in result.memory], label="held at the step's end")
+        axes.set_xlabel("step")
+        axes.set_ylabel("NPU MiB")
+        axes.legend()
+
+    return _png(draw)
+
+
+def _shape_plot(result: Forecast) -> str:
+    """The call sites with new input shapes after the first step, or ''."""
+    if not result.shape_variety:
+        return ""
+    sites = [entry["site"] for entry in reversed(result.shape_variety)]
+
+    def draw(axes: Any) -> None:
+        axes.barh(range(len(sites)), [e["new_shapes"] for e in reversed(result.shape_variety)])
+        axes.set_yticks(range(len(sites)), [site.replace("$", r"\$") for site in sites])
+        axes.set_xlabel("new input shapes after the first step")
+
+    return _png(draw)
+
+
+def _png(draw: Callable[[Any], None]) -> str:
+    """A figure drawn by `draw` as a base64 PNG, or '' without matplotlib."""
     try:
         import matplotlib
 
@@ -83,13 +119,8 @@ def _memory_plot(result: Forecast) -> str:
         from matplotlib import pyplot
     except ImportError:
         return ""
-    figure, axes = pyplot.subplots(figsize=(6, 3))
-    steps = [m["step"] for m in result.memory]
-    axes.plot(steps, [m["peak_mib"] for m in result.memory], label="peak")
-    axes.plot(steps, [m["end_mib"] for m in result.memory], label="held at the step's end")
-    axes.set_xlabel("step")
-    axes.set_ylabel("NPU MiB")
-    axes.legend()
+    figure, axes = pyplot.subplots(figsize=(7, 3))
+    draw(axes)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", bbox_inches="tight")
     pyplot.close(figure)

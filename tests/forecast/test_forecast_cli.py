@@ -112,13 +112,16 @@ def test_steps_memory_and_hot_modules_are_reported(tmp_path):
     assert result["total_flops"] > 0
 
 
-def test_html_report_plots_memory(tmp_path):
+def test_html_report_plots_memory_and_shapes(tmp_path):
     page = tmp_path / "forecast.html"
     ran = run_cli("run", "--emulate", "--forecast-html", str(page), "leaky_prefetcher.py", cwd=FORECAST)
     assert ran.returncode == 0, ran.stderr
     text = page.read_text()
     assert "NPU memory grows" in text and "leaky_prefetcher.py:26" in text
-    assert "data:image/png;base64," in text
+    assert 'alt="NPU memory per step" src="data:image/png;base64,' in text
+    assert "new shapes per call site" not in text  # its shapes never change
+    ran = run_cli("run", "--emulate", "--forecast-html", str(page), "nanogpt_train.py", cwd=FORECAST)
+    assert 'alt="new shapes per call site" src="data:image/png;base64,' in page.read_text()
 
 
 @pytest.mark.parametrize(
