@@ -35,7 +35,7 @@ from tests.sources import DIFFUSERS, WAN_2_1, checkout, fetch  # noqa: E402
 
 CASES = [  # name, expected (kind, words of the title), whether nothing else may be found
     ("torchvision Faster R-CNN", [("fallback", "torchvision::nms"), ("fallback", "torchvision::roi_align"),
-                                  ("shapes", "data-dependent output shape (nonzero)")], False),
+                                  ("shapes", "data-dependent operator (nonzero)")], False),
     ("Wan2.1 DiT, apply --unsafe", [("dtype", "complex128 on the NPU"), ("dtype", "float64 on the NPU"),
                                     ("sync", ".tolist()")], False),
     ("diffusers DiT (control)", [], True),

@@ -243,10 +243,11 @@ def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
             yield Finding(
                 "shapes",
                 35,
-                f"data-dependent output shape ({names})",
-                "the output's size depends on the values, so the host waits for the device and every "
-                "later operator meets a new shape; masked arithmetic (torch.where, multiplying by the "
-                "mask) or a fixed-size form (nonzero_static, padding) keeps shapes static",
+                f"data-dependent operator ({names})",
+                "its output's size or its work depends on the values (nonzero's count, a boolean "
+                "mask's), so the host waits for the device and later operators meet new shapes; "
+                "masked arithmetic (torch.where, multiplying by the mask) or a fixed-size form "
+                "(nonzero_static, padding) keeps shapes static",
                 [site],
             )
         if entry["new"]:

@@ -168,6 +168,8 @@ class Recorder:
             return
         device = state.current if device is None else device
         site, fused = self.site()
+        if site == "?":
+            return  # no frame of the program's: the tool's own hooks (verify's), torch's threads
         self.devices.setdefault(device, site)
         name, overload = (f"npu::{fused}", "default") if fused else (func._schema.name, func._overloadname)
         if name.startswith("c10d::"):
@@ -213,15 +215,15 @@ class Recorder:
 
     def _composite_kind(self, func: Any) -> str:
         """How an operator without an NPU kernel of its own still runs there: "explicit" (torch
-        decomposes it for every backend), "structured" (a structured kernel's functional form:
-        it calls its out= variant, which the NPU may register), or ""."""
+        decomposes it for every backend, implicitly or explicitly), "structured" (a structured
+        kernel's functional form: it calls its out= variant, which the NPU may register), or ""."""
         found = self._composite.get(func)
         if found is None:
             name = func.name()
             has = torch._C._dispatch_has_kernel_for_dispatch_key
             found = ""
-            if has(name, "CompositeExplicitAutograd"):
-                found = "explicit"
+            if has(name, "CompositeExplicitAutograd") or has(name, "CompositeImplicitAutograd"):
+                found = "explicit"  # (an implicit one is seen whole where autograd is off: inference_mode)
             elif has(name, "CompositeExplicitAutogradNonFunctional"):  # a structured kernel's
                 found = "structured" if has(name, "CPU") else "explicit"  # or a real decomposition
             self._composite[func] = found

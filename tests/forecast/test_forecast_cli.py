@@ -47,7 +47,7 @@ CASES = [  # script and arguments, the finding expected (kind, words of its titl
     (
         ["physics_loss.py"],
         [("dtype", "float64 on the NPU", "physics_loss.py:26"),
-         ("shapes", "data-dependent output shape (index)", "physics_loss.py:31")],
+         ("shapes", "data-dependent operator (index)", "physics_loss.py:31")],
         ["physics_loss.py", "--float32", "--where"],
     ),
     (
