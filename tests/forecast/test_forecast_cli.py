@@ -35,8 +35,8 @@ def found(result: dict, kind: str) -> list[dict]:
 CASES = [  # script and arguments, the finding expected (kind, words of its title, a site), its control
     (
         ["nanogpt_train.py", "--log-interval", "1"],
-        [("shapes", "input shapes change after the first step", "nanogpt_train.py:42"),
-         ("sync", ".item()", "nanogpt_train.py:85")],
+        [("shapes", "input shapes change after the first step", "nanogpt_train.py:44"),
+         ("sync", ".item()", "nanogpt_train.py:91")],
         ["nanogpt_train.py", "--drop-last", "--log-interval", "0"],
     ),
     (
@@ -67,7 +67,7 @@ CASES = [  # script and arguments, the finding expected (kind, words of its titl
     ),
     (
         ["encoder_inference.py"],
-        [("fallback", "aten::_transformer_encoder_layer_fwd has no NPU kernel", "encoder_inference.py:23")],
+        [("fallback", "aten::_transformer_encoder_layer_fwd has no NPU kernel", "encoder_inference.py:24")],
         ["encoder_inference.py", "--train"],
     ),
 ]  # fmt: skip
@@ -190,3 +190,16 @@ def test_verify_forecasts_the_migrated_side(tmp_path):
     assert [s["sites"] for s in syncs] == [["dit/attention.py:45"], ["dit/attention.py:46"]]
     assert result["steps"] == 8  # the side's forwards (warm-up, timed, recorded), not its replays
     assert "What the NPU will do with it" in page.read_text() and "dit/attention.py:45" in page.read_text()
+
+
+def test_bfloat16_on_a_chip_without_it_and_a_peak_against_the_card(tmp_path):
+    """nanoGPT under bfloat16 autocast: forecast for a 910A (no bfloat16) and not for a 910B;
+    apex's prefetcher (3 MiB at its peak) against a card of 0.001 GiB."""
+    bf16 = ["nanogpt_train.py", "--dtype", "bfloat16", "--drop-last", "--log-interval", "0"]
+    on_910a = forecast(tmp_path, "--chip", "910A", *bf16)
+    assert [f["title"].split(" on ")[0] for f in on_910a["findings"]] == ["bfloat16"]
+    assert "nanogpt_train.py:26" in on_910a["findings"][0]["sites"]
+    assert forecast(tmp_path, "--chip", "910B", *bf16)["findings"] == []
+    small = forecast(tmp_path, "--card-memory", "0.001", "leaky_prefetcher.py", "--no-leak")
+    assert [f["title"] for f in found(small, "memory")][0].startswith("peak NPU memory")
+    assert small["card_gib"] == 0.001
