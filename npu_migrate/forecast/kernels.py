@@ -15,8 +15,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 TABLES = Path(__file__).parent / "kernels"
 DEFAULT_VERSION = "2.13.0"
 SOURCES = ("npu_native_functions.yaml", "npu_native_functions_by_codegen.yaml")
@@ -56,7 +54,10 @@ def load(version: str) -> KernelTable:
 
 
 def operators_in(texts: dict[str, str]) -> frozenset[str]:
-    """The operator names the yaml files (by name) list in their kernel sections."""
+    """The operator names the yaml files (by name) list in their kernel sections (yaml is read
+    only here, where a table is built: the CLI's start-up does not load it)."""
+    import yaml
+
     found: set[str] = set()
     for text in texts.values():
         document = yaml.safe_load(text) or {}
