@@ -308,7 +308,7 @@ def _memory(recordings: list[dict[str, Any]], card_gib: float) -> Iterable[Findi
             yield Finding(
                 "memory",
                 90,
-                f"peak NPU memory {peak:,.0f} MiB against the card's {card_gib:g} GiB",
+                f"peak NPU memory {peak:,.1f} MiB against the card's {card_gib:g} GiB",
                 "the run's tensors alone come near the card's memory; the NPU also keeps its "
                 "workspace and the caching allocator's fragments",
             )
