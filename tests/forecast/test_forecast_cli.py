@@ -202,5 +202,7 @@ def test_bfloat16_on_a_chip_without_it_and_a_peak_against_the_card(tmp_path):
     assert forecast(tmp_path, "--chip", "910B", *bf16)["findings"] == []
     small = forecast(tmp_path, "--card-memory", "0.001", "leaky_prefetcher.py", "--no-leak")
     (peak,) = found(small, "memory")
-    assert peak["title"].startswith("peak NPU memory ") and peak["title"].endswith("against the card's 0.001 GiB")
+    assert peak["title"].startswith("peak NPU memory ") and peak["title"].endswith(
+        "against the card's 0.001 GiB"
+    )
     assert small["card_gib"] == 0.001
