@@ -60,7 +60,7 @@ class _NpuDevices(TorchFunctionMode):
             return tensors.place(
                 func, args, kwargs, func(*_on_backing(args), **_on_backing_keywords(kwargs)), where
             )
-        watch.enter(func, name, args, where)
+        watch.enter(name, args, where)
         try:
             result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
             return tensors.place(func, args, kwargs, result, where)

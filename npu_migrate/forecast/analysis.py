@@ -276,7 +276,7 @@ def _shapes(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
 def _syncs(recordings: list[dict[str, Any]]) -> Iterable[Finding]:
     steps = max(1, max((_steps(r) for r in recordings), default=1))
     for recording in recordings[:1]:  # the ranks do the same
-        for kind, site, calls, _first, _last in recording["syncs"]:
+        for kind, site, calls in recording["syncs"]:
             if kind.endswith("(data-dependent shape)"):
                 continue  # reported with the shapes
             per_step = calls / steps

@@ -53,7 +53,7 @@ class Recorder:
         self._files: dict[str, str | None] = {}
         self._mine: set[str] = set()  # the files under the root: the user's own
         self.ops: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
-        self.syncs: dict[tuple[str, str], list[int]] = {}  # (kind, site) -> [calls, first, last segment]
+        self.syncs: dict[tuple[str, str], int] = {}  # (kind, site) -> calls
         self.collectives: dict[tuple[str, str, int, str], int] = {}
         self.devices: dict[int, str] = {}  # NPU index -> the first site that ran an operator there
         self.module_flops: dict[str, list[Any]] = {}  # module path -> [class, flops, calls]
@@ -68,7 +68,7 @@ class Recorder:
         self._kept: list[tuple[int, str, int]] = []  # what the NPU held at the last step's end
         self._now = 0
         self._peak = 0
-        self._calls: list[tuple[str, Any, str]] = []  # the torch calls under way: (where, region, name)
+        self._calls: list[tuple[str, str]] = []  # the torch calls under way: (target, composite region)
         self._modules: list[str] = []
         self._names: dict[int, str] = {}
         self._regions: dict[str, str] = {}
@@ -116,10 +116,10 @@ class Recorder:
 
     # ------------------------------------------------------------------ torch calls (function mode)
 
-    def enter(self, func: Any, name: str, args: tuple, where: tuple[str, int] | None) -> None:
+    def enter(self, name: str, args: tuple, where: tuple[str, int] | None) -> None:
         """A torch call starts: what it targets, the composite function it is, a host sync."""
         target = "" if where is None else where[0]
-        self._calls.append((target, self._region(func, name), name))
+        self._calls.append((target, self._region(name)))
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if self.paused or source is None or tensors.index(source) is None:
             return
@@ -137,7 +137,7 @@ class Recorder:
     def leave(self) -> None:
         self._calls.pop()
 
-    def _region(self, func: Any, name: str) -> str:
+    def _region(self, name: str) -> str:
         """The aten operator a torch function is, where it is a composite torch decomposes on
         the backing (a device registering it runs it whole); else ''."""
         found = self._regions.get(name)
@@ -149,12 +149,7 @@ class Recorder:
         return found
 
     def _sync(self, kind: str, site: str) -> None:
-        record = self.syncs.get((kind, site))
-        if record is None:
-            self.syncs[(kind, site)] = [1, self.segment, self.segment]
-        else:
-            record[0] += 1
-            record[2] = self.segment
+        self.syncs[(kind, site)] = self.syncs.get((kind, site), 0) + 1
 
     # ------------------------------------------------------------------ operators (dispatch mode)
 
@@ -162,7 +157,7 @@ class Recorder:
         if self.paused:
             return
         inputs = list(_tensors_of(args, kwargs))
-        target, region, _ = self._calls[-1] if self._calls else ("", "", "")
+        target, region = self._calls[-1] if self._calls else ("", "")
         device = next((d for t in inputs if (d := tensors.index(t)) is not None), None)
         if target == tensors.HOST or (target != tensors.NPU and device is None):
             return
@@ -345,7 +340,7 @@ class Recorder:
                 }
                 for (op, region, site, backward), record in self.ops.items()
             ],
-            "syncs": [[kind, site, *counts] for (kind, site), counts in self.syncs.items()],
+            "syncs": [[kind, site, calls] for (kind, site), calls in self.syncs.items()],
             "collectives": [[*key, calls] for key, calls in self.collectives.items()],
             "modules": self.module_flops,
             "module_ops": self.module_ops,
