@@ -58,7 +58,7 @@ class Recorder:
         self.devices: dict[int, str] = {}  # NPU index -> the first site that ran an operator there
         self.module_flops: dict[str, list[Any]] = {}  # module path -> [class, flops, calls]
         self.module_ops: dict[str, dict[str, int]] = {}  # module path -> its own operators' calls
-        self.module_pairs: dict[str, set[str]] = {}  # module path -> "a>b": b ran right after a
+        self.module_pairs: dict[str, set[tuple[str, str]]] = {}  # module path -> (a, b): b ran right after a
         self._previous: dict[str, str] = {}  # module path -> its last operator in this call
         self.segment = 0
         self.segment_steps: list[int] = []  # per ended segment: the optimizer steps before it
@@ -175,26 +175,15 @@ class Recorder:
         key = (f"{name}.{overload}", "" if backward else region, site, backward)
         record = self.ops.get(key)
         if record is None:
-            record = self.ops[key] = {"calls": 0, "flops": 0, "dtypes": set(), "shapes": {}}
+            record = self.ops[key] = {"calls": 0, "flops": 0, "signatures": {}}
             record["composite"] = "" if fused else self._composite_kind(func)
             record["view"] = not fused and func.is_view  # a view computes nothing
         record["calls"] += 1
-        if len(record["dtypes"]) < SHAPES_KEPT:
-            record["dtypes"].add(tuple(str(t.dtype).removeprefix("torch.") for t in inputs))
-        shapes = record["shapes"]
-        shape = tuple(tuple(t.shape) for t in inputs)
-        seen = shapes.get(shape)
-        if seen is not None:
-            seen[1] = self.segment
-            seen[2] += 1
-        elif len(shapes) < SHAPES_KEPT:
-            shapes[shape] = [self.segment, self.segment, 1]
+        flops = self._signature_seen(record, func, args, kwargs, out, inputs)
+        record["flops"] += flops
         short = name.partition("::")[2]
         if short in DATA_DEPENDENT or (short in ("index", "index_put_") and _bool_index(args)):
             record["data_dependent"] = True
-            self._sync(f"{short} (data-dependent shape)", site)
-        flops = self._flops(func, args, kwargs, out)
-        record["flops"] += flops
         if not backward:
             module = self._modules[-1] if self._modules else "(no module)"
             ops = self.module_ops.setdefault(module, {})
@@ -202,11 +191,37 @@ class Recorder:
             if not record["view"]:  # which operator follows which in the module's own code
                 previous = self._previous.get(module)
                 if previous is not None:
-                    self.module_pairs.setdefault(module, set()).add(f"{previous}>{short}")
+                    self.module_pairs.setdefault(module, set()).add((previous, short))
                 self._previous[module] = short
             if flops:
                 self.module_flops.setdefault(module, ["", 0, 0])[1] += flops
-        self._held(out, inputs, device, site)
+        if record["view"]:
+            tensors.tag(out, device)  # the input's storage: nothing new held
+        else:
+            self._held(out, inputs, device, site)
+
+    def _signature_seen(
+        self,
+        record: dict[str, Any],
+        func: Any,
+        args: tuple,
+        kwargs: dict,
+        out: Any,
+        inputs: list[torch.Tensor],
+    ) -> int:
+        """Count the call under its inputs' dtypes and shapes; its FLOPs (worked out once per
+        signature: the same shapes cost the same)."""
+        signatures = record["signatures"]
+        signature = tuple((t.dtype, t.shape) for t in inputs)
+        seen = signatures.get(signature)
+        if seen is not None:
+            seen[1] = self.segment
+            seen[2] += 1
+            return int(seen[3])
+        flops = self._flops(func, args, kwargs, out)
+        if len(signatures) < SHAPES_KEPT:
+            signatures[signature] = [self.segment, self.segment, 1, flops]
+        return flops
 
     def _composite_kind(self, func: Any) -> str:
         """How an operator without an NPU kernel of its own still runs there: "explicit" (torch
@@ -335,8 +350,8 @@ class Recorder:
                     "composite": record["composite"],
                     "view": record["view"],
                     "data_dependent": record.get("data_dependent", False),
-                    "dtypes": sorted(record["dtypes"]),
-                    "shapes": [[list(map(list, shape)), *seen] for shape, seen in record["shapes"].items()],
+                    "dtypes": sorted({_dtype_names(signature) for signature in record["signatures"]}),
+                    "shapes": _by_shape(record["signatures"]),
                 }
                 for (op, region, site, backward), record in self.ops.items()
             ],
@@ -344,7 +359,9 @@ class Recorder:
             "collectives": [[*key, calls] for key, calls in self.collectives.items()],
             "modules": self.module_flops,
             "module_ops": self.module_ops,
-            "module_pairs": {name: sorted(pairs) for name, pairs in self.module_pairs.items()},
+            "module_pairs": {
+                name: sorted(f"{a}>{b}" for a, b in pairs) for name, pairs in self.module_pairs.items()
+            },
         }
 
     def finish(self, folder: Path) -> None:
@@ -441,6 +458,20 @@ def _has_kernel(name: str, overload: str, key: str) -> bool:
         return torch._C._dispatch_has_kernel_for_dispatch_key(full, key)
     except RuntimeError:
         return False
+
+
+def _dtype_names(signature: tuple) -> tuple[str, ...]:
+    return tuple(str(dtype).removeprefix("torch.") for dtype, _ in signature)
+
+
+def _by_shape(signatures: dict[tuple, list[int]]) -> list[list[Any]]:
+    """[shapes, first segment, last segment, calls] per distinct input shapes (dtypes merged)."""
+    merged: dict[tuple, list[int]] = {}
+    for signature, (first, last, calls, _flops) in signatures.items():
+        shape = tuple(tuple(size) for _, size in signature)
+        known = merged.setdefault(shape, [first, last, 0])
+        known[0], known[1], known[2] = min(known[0], first), max(known[1], last), known[2] + calls
+    return [[list(map(list, shape)), *seen] for shape, seen in merged.items()]
 
 
 def _tensors_of(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
