@@ -20,7 +20,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import DeviceContext, _device_constructors
 
-from npu_migrate.emulation import TRITON_VARIABLE, allocations, amp, npu_module, settle, state, tensors
+from npu_migrate.emulation import (
+    TRITON_VARIABLE,
+    allocations,
+    amp,
+    fast_paths,
+    npu_module,
+    settle,
+    state,
+    tensors,
+)
 
 _installed = False
 
@@ -423,49 +432,6 @@ def _engine_runs() -> list[tuple[object, str, object]]:
     return [(module, "_engine_run_backward", under) for module in (torch.autograd, torch.autograd.graph)]
 
 
-def _fast_paths() -> list[tuple[object, str, object]]:
-    """The inference fast paths of `nn.TransformerEncoder(Layer)` and `nn.MultiheadAttention`
-    (eval, no grad: `torch._transformer_encoder_layer_fwd`, `torch._native_multi_head_attention`)
-    are taken on a device and refused where "some Tensor argument has_torch_function", which a
-    torch function mode makes true of every tensor: inside their forward, that check sees the
-    arguments alone, as on the device, so the emulated run dispatches what the device does."""
-    from torch.nn.modules import activation, transformer
-
-    return [
-        (owner, "forward", _as_on_the_device(owner.forward))
-        for owner in (
-            transformer.TransformerEncoderLayer,
-            transformer.TransformerEncoder,
-            activation.MultiheadAttention,
-        )
-    ]
-
-
-def _as_on_the_device(forward: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(forward)
-    def checked_as_on_the_device(*args: Any, **kwargs: Any) -> Any:
-        overrides = torch.overrides
-        mode_aware = overrides.has_torch_function
-        overrides.has_torch_function = _has_override  # type: ignore[assignment]
-        try:
-            return forward(*args, **kwargs)
-        finally:
-            overrides.has_torch_function = mode_aware
-
-    return checked_as_on_the_device
-
-
-def _has_override(values: Iterable[Any]) -> bool:
-    """`has_torch_function` of arguments alone: a tensor subclass with its own __torch_function__."""
-    plain = torch._C._disabled_torch_function_impl
-    return any(
-        isinstance(v, torch.Tensor)
-        and getattr(type(v), "__torch_function__", plain) is not plain
-        and type(v) not in (torch.Tensor, torch.nn.Parameter)
-        for v in values
-    )
-
-
 def _recomputations() -> list[tuple[object, str, object]]:
     """Checkpoint's recomputation (torch 2.13's private names: where a torch lacks one, that part
     is left as it is)."""
@@ -549,7 +515,7 @@ def install(backing: str | None = None) -> torch.device:
         (torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream)),
         (torch, "compile", _compile(torch.compile)),
         *_recomputations(),
-        *_fast_paths(),
+        *fast_paths.patches(),
         *_engine_runs(),
         *_custom_function_backward(),
         (torch, "Generator", _Generator),
