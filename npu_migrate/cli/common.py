@@ -105,6 +105,23 @@ def fail(text: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def report_path(path: Path | None, option: str, suffixes: tuple[str, ...]) -> None:
+    """A report's path, checked before the run that fills it: its folder exists, and it names
+    no folder and no existing file of another kind (`--json tests/test_a.py` would replace the
+    user's source), or a one-line error."""
+    if path is None:
+        return
+    if not path.parent.is_dir():
+        fail(f"{option} {path}: its folder does not exist")
+    if path.is_dir():
+        fail(f"{option} {path}: a folder; give a file")
+    if path.exists() and path.suffix.lower() not in suffixes:
+        fail(
+            f"{option} {path}: an existing file that is not a {' or '.join(suffixes)} report; "
+            "it is left alone"
+        )
+
+
 def needs_torch(command: str, missing: ImportError) -> NoReturn:
     fail(
         f"{command} needs torch ({missing.name} is missing): install the verify extra, "

@@ -41,7 +41,6 @@ def request(
         table = kernels.load(version)
     except ValueError as exc:
         common.fail(str(exc))
-    for path in (json_path, html_path):
-        if path is not None and not path.parent.is_dir():
-            common.fail(f"{path}: its folder does not exist")
+    common.report_path(json_path, "--forecast-json", (".json",))
+    common.report_path(html_path, "--forecast-html", (".html", ".htm"))
     return session.Request(table, chip, card_memory or facts.CARD_GIB[chip], json_path, html_path)

@@ -169,6 +169,8 @@ def verify(
     card_memory: forecasting.CardMemory = None,
 ) -> None:
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
+    common.report_path(json_path, "--json", (".json",))
+    common.report_path(html_path, "--html", (".html", ".htm"))
     if tests is not None:
         _verify_tests(
             tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path, tests_device

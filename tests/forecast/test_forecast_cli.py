@@ -132,7 +132,11 @@ def test_html_report_plots_memory_and_shapes(tmp_path):
             "no operator table for torch_npu 9.9; tables: 2.1.0.post3, 2.5.1, 2.13.0",
         ),
         (["--forecast", "--chip", "H100"], "--chip H100: the forecast knows 910A, 910B"),
-        (["--forecast-json", "missing/f.json"], "missing/f.json: its folder does not exist"),
+        (["--forecast-json", "missing/f.json"], "--forecast-json missing/f.json: its folder does not exist"),
+        (
+            ["--forecast-html", "physics_loss.py"],
+            "--forecast-html physics_loss.py: an existing file that is not",
+        ),
         (
             ["--forecast", "--no-emulate"],
             "--forecast reads the emulated run: it needs the emulation (--emulate)",
