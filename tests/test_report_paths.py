@@ -42,3 +42,19 @@ def test_tests_mode_refuses_too(tmp_path):
         ran.stderr.split()
     )
     assert (tmp_path / "test_a.py").read_text() == "def test_a():\n    assert True\n"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--rtol", "float32=nan"], ["--abs-fail", "nan"], ["--cosine-fail", "nan"], ["--loss-rtol", "inf"],
+     ["--max-memory-ratio", "nan"], ["--abs-warn", "-inf"]],
+)  # fmt: skip
+def test_verify_refuses_thresholds_that_decide_nothing(tmp_path, options):
+    """NaN compares false with everything: an output shifted by 2.0 would read as PASS."""
+    ran = run_cli(
+        "verify", "--original", str(GPT / "original"), "--migrated", str(GPT / "migrated_wrong_scale"),
+        "--entry", "entry.py:build", *options, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "a threshold must be a finite number" in " ".join(ran.stderr.split())
+    assert "Traceback" not in ran.stderr

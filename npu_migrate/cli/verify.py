@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import shlex
 import sys
 import tempfile
@@ -171,6 +172,13 @@ def verify(
     """Run the original and the migrated model side by side; diff numerics module by module, and memory."""
     common.report_path(json_path, "--json", (".json",))
     common.report_path(html_path, "--html", (".html", ".htm"))
+    thresholds = {
+        "--max-memory-ratio": max_memory_ratio, "--within-share": within_share,
+        "--cosine-warn": cosine_warn, "--abs-warn": abs_warn, "--cosine-fail": cosine_fail,
+        "--abs-fail": abs_fail, "--loss-rtol": loss_rtol,
+    }  # fmt: skip
+    for option, value in thresholds.items():
+        _finite(option, value)
     if tests is not None:
         _verify_tests(
             tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path, tests_device
@@ -359,7 +367,15 @@ def _dtype_tolerances(given: list[str]) -> dict[str, float]:
             tolerances[dtype.strip().removeprefix("torch.")] = float(value)
         except ValueError:
             common.fail(f"--rtol takes DTYPE=VALUE (e.g. bfloat16=0.004), got {item!r}")
+        _finite("--rtol", tolerances[dtype.strip().removeprefix("torch.")])
     return tolerances
+
+
+def _finite(option: str, value: float | None) -> None:
+    """A threshold that can decide a verdict: NaN compares false with everything (a shifted
+    output would pass) and an infinite one lets anything through."""
+    if value is not None and not math.isfinite(value):
+        common.fail(f"{option} {value}: a threshold must be a finite number")
 
 
 @dataclass
