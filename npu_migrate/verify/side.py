@@ -427,8 +427,8 @@ def _realistic_weights(model: Any) -> None:
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():
-            if not parameter.is_floating_point():
-                continue
+            if not parameter.is_floating_point() or parameter.numel() == 0:
+                continue  # nothing to draw (an empty parameter has no fan-in either)
             if parameter.dim() >= 2:
                 fan_in = parameter[0].numel()
                 drawn = torch.randn(parameter.shape, generator=generator) / fan_in**0.5
