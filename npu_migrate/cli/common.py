@@ -22,8 +22,8 @@ from npu_migrate.report.gate import FailOn, verdict
 if TYPE_CHECKING:
     from npu_migrate.rules.schema import Rule
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)  # `file:100:4` is a place, not 💯
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 RulesOption = Annotated[

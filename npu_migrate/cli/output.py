@@ -54,7 +54,10 @@ def write_reports(chosen: list[tuple[str, Path | None]], report: Report) -> None
             FORMATS[name](common.out, report)
             continue
         buffer = io.StringIO()
-        FORMATS[name](Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, width=200), report)
+        FORMATS[name](
+            Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, width=200, emoji=False),
+            report,
+        )
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
             write_output(file, buffer.getvalue().encode("utf-8"))

@@ -53,7 +53,9 @@ def _print_table(console: Console, table: Table) -> None:
     if console.is_terminal:
         console.print(table)
     else:  # a console's own width bounds any it prints at: a wider one on the same file
-        Console(file=console.file, width=PIPED_WIDTH, highlight=False, no_color=console.no_color).print(table)
+        Console(
+            file=console.file, width=PIPED_WIDTH, highlight=False, no_color=console.no_color, emoji=False
+        ).print(table)
 
 
 def step_failures(step: dict[str, Any]) -> list[str]:
