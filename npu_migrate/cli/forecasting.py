@@ -28,13 +28,17 @@ CardMemory = Annotated[
 
 
 def request(
+    emulate: bool | None,
     version: str,
     chip: str,
     card_memory: float | None,
     json_path: Path | None = None,
     html_path: Path | None = None,
 ) -> session.Request:
-    """The forecast asked for, or a one-line error naming what there is."""
+    """The forecast asked for, or a one-line error naming what there is (`emulate` None: the
+    emulation where no real torch_npu imports)."""
+    if emulate is False:
+        common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
     if chip not in facts.CARD_GIB:
         common.fail(f"--chip {chip}: the forecast knows {', '.join(facts.CARD_GIB)}")
     try:

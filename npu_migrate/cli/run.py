@@ -81,9 +81,7 @@ def run(
         common.fail("--npus sets the emulated host's NPUs: it needs the emulation (--emulate)")
     wanted = None
     if forecast or forecast_json is not None or forecast_html is not None:
-        if not emulate:
-            common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
-        wanted = forecasting.request(torch_npu, chip, card_memory, forecast_json, forecast_html)
+        wanted = forecasting.request(emulate, torch_npu, chip, card_memory, forecast_json, forecast_html)
     command = None if path.is_file() else shutil.which(script, path=search_path(emulate))
     if not path.is_file() and command is None:
         common.fail(f"no such script or command: {script}")

@@ -190,9 +190,7 @@ def verify(
     _check_entry(entry, [t for t in (tree, original, migrated) if t is not None])
     if nproc and (dump is not None or onnx):
         common.fail("--nproc runs the model in several ranks; --dump and --onnx work on one process")
-    wanted = forecasting.request(torch_npu, chip, card_memory) if forecast else None
-    if wanted is not None and emulate is False:
-        common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
+    wanted = forecasting.request(emulate, torch_npu, chip, card_memory) if forecast else None
     try:
         from npu_migrate.verify import orchestrate
         from npu_migrate.verify import report as verify_report
@@ -364,10 +362,11 @@ def _dtype_tolerances(given: list[str]) -> dict[str, float]:
     for item in given:
         dtype, _, value = item.partition("=")
         try:
-            tolerances[dtype.strip().removeprefix("torch.")] = float(value)
+            tolerance = float(value)
         except ValueError:
             common.fail(f"--rtol takes DTYPE=VALUE (e.g. bfloat16=0.004), got {item!r}")
-        _finite("--rtol", tolerances[dtype.strip().removeprefix("torch.")])
+        _finite("--rtol", tolerance)
+        tolerances[dtype.strip().removeprefix("torch.")] = tolerance
     return tolerances
 
 

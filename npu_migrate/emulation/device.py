@@ -65,16 +65,14 @@ class _NpuDevices(TorchFunctionMode):
             return tensors.type_name(func(*args))
         where = tensors.target(func, args, kwargs)
         watch = state.watch  # a forecast's recorder: what each call targets, the syncs it makes
-        if watch is None:
-            return tensors.place(
-                func, args, kwargs, func(*_on_backing(args), **_on_backing_keywords(kwargs)), where
-            )
-        watch.enter(name, args, where)
+        if watch is not None:
+            watch.enter(name, args, where)
         try:
             result = func(*_on_backing(args), **_on_backing_keywords(kwargs))
             return tensors.place(func, args, kwargs, result, where)
         finally:
-            watch.leave()
+            if watch is not None:
+                watch.leave()
 
 
 _MODE = _NpuDevices()  # on from install to the end of the process

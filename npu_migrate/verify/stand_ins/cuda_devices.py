@@ -43,12 +43,9 @@ class CudaDevices(TorchFunctionMode):
     def __enter__(self) -> CudaDevices:
         self._current_device = torch.cuda.current_device
         torch.cuda.current_device = self._device_index
-        self._forwards = [(owner, name, getattr(owner, name)) for owner, name, _ in fast_paths.patches()]
-        for (
-            owner,
-            name,
-            patched,
-        ) in fast_paths.patches():  # the fast paths CUDA takes: this mode must not refuse them
+        patches = fast_paths.patches()  # the fast paths CUDA takes: this mode must not refuse them
+        self._forwards = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        for owner, name, patched in patches:
             setattr(owner, name, patched)
         return super().__enter__()
 
