@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from npu_migrate.cli import common
-from npu_migrate.forecast import facts, kernels, session
+from npu_migrate.forecast import kernels
+
+if TYPE_CHECKING:
+    from npu_migrate.forecast.session import Request
 
 TorchNpu = Annotated[
     str, typer.Option("--torch-npu", help="The torch_npu version whose NPU operators the forecast reads.")
@@ -34,9 +37,11 @@ def request(
     card_memory: float | None,
     json_path: Path | None = None,
     html_path: Path | None = None,
-) -> session.Request:
+) -> Request:
     """The forecast asked for, or a one-line error naming what there is (`emulate` None: the
     emulation where no real torch_npu imports)."""
+    from npu_migrate.forecast import facts, session  # only where a forecast is asked for
+
     if emulate is False:
         common.fail("--forecast reads the emulated run: it needs the emulation (--emulate)")
     if chip not in facts.CARD_GIB:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from npu_migrate.cli import common, forecasting
-from npu_migrate.forecast import kernels, session
+from npu_migrate.forecast import kernels
+
+if TYPE_CHECKING:
+    from npu_migrate.forecast.session import Request
 
 # Options after the script are the script's own.
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -89,7 +92,7 @@ def run(
         emulate_the_host(npus)
     with (
         guards_reported(Path.cwd()) if emulate else contextlib.nullcontext(),
-        session.recorded(wanted, Path.cwd()) if wanted is not None else contextlib.nullcontext(),
+        _recorded(wanted) if wanted is not None else contextlib.nullcontext(),
     ):
         if command is None and runs_in_python(path):
             code = run_script(path, list(ctx.args), emulate)
@@ -99,3 +102,9 @@ def run(
 
 
 #####VERIFY
+
+
+def _recorded(wanted: Request) -> contextlib.AbstractContextManager[None]:
+    from npu_migrate.forecast import session  # only where a forecast is asked for
+
+    return session.recorded(wanted, Path.cwd())
