@@ -6,6 +6,7 @@ stalls a parser costs only that file."""
 
 from __future__ import annotations
 
+import ast
 import gc
 import hashlib
 import importlib
@@ -116,8 +117,8 @@ def run_rules(
         if file.data is None:
             results[i] = FileResult()
         elif cache is not None:
-            keys[i] = cache.key(file.data + b"\0" + file.module.key)
-            if (hit := _cached(cache, keys[i])) is not None:
+            keys[i] = _cache_key(cache, file)
+            if (hit := _cached(cache, keys[i], file)) is not None:
                 results[i] = hit
         if i in results:
             advance()
@@ -195,8 +196,8 @@ def _run_facts(
     def rerun(file: SourceFile) -> FileResult:  # the engine is imported where a rerun is not cached
         if cache is None:
             return migrate_file(file, source.index, enabled)
-        key = cache.key((file.data or b"") + b"\0" + file.module.key)
-        if (hit := _cached(cache, key)) is not None:
+        key = _cache_key(cache, file)
+        if (hit := _cached(cache, key, file)) is not None:
             return hit
         result = migrate_file(file, source.index, enabled)
         if not result.tool_failed:
@@ -291,14 +292,42 @@ def salt(source: RuleSource, enabled: frozenset[Applicability]) -> str:
     return source.fingerprint() + "|" + ",".join(sorted(a.value for a in enabled))
 
 
-def _cached(cache: ResultCache, key: str) -> FileResult | None:
+def _cache_key(cache: ResultCache, file: SourceFile) -> str:
+    """What a file's result depends on: its kind (the same bytes are a shell script's findings
+    and a Python file's nothing), its place among packages, and its bytes, each length-fixed
+    or ended before the next so that no two files' fields run into each other."""
+    where = hashlib.sha256(file.module.key).digest()
+    return cache.key(kind_of(file).encode() + b"\0" + where + (file.data or b""))
+
+
+def _cached(cache: ResultCache, key: str, file: SourceFile) -> FileResult | None:
+    """The cached result, or None: an entry from an older layout, or one whose rewrite of a
+    Python file or notebook does not parse (the cache's checksum catches a torn write, not an
+    entry rewritten with its checksum, and apply must never write code that the engine, which
+    only writes what parses, could not have made)."""
     raw = cache.get(key)
     if raw is None:
         return None
     try:
-        return FileResult.from_json(json.loads(raw))
-    except (ValueError, KeyError, TypeError):  # an entry from an older layout reads as a miss
+        result = FileResult.from_json(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
         return None
+    if result.new_source is not None and not _parses(kind_of(file), result.new_source):
+        return None
+    return result
+
+
+def _parses(kind: str, data: bytes) -> bool:
+    """Whether a rewrite of a file of this kind still reads as one (kinds other than Python and
+    notebooks: not checked)."""
+    try:
+        if kind == "python":
+            ast.parse(data)
+        elif kind == "notebook":
+            json.loads(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def workers(jobs: int, files: int) -> int:

@@ -103,7 +103,7 @@ def scan(
             common.fail(str(exc))
         outcomes = _only(
             outcomes,
-            lambda o, f: touches(changed, o.file.path, f.line, f.end_line),
+            lambda o, f: touches(changed, o.file.path, f.line, f.end_line, f.cell),
             f"on lines unchanged since {diff_from}",
             dropped,
             quiet,

@@ -123,6 +123,17 @@ def _notebook(data: bytes) -> dict[str, Any]:
     return notebook
 
 
+def cell_lines(data: bytes) -> list[tuple[int, int, str]]:
+    """Each line of the notebook's code cells: (its cell, counted from 1 as findings count them,
+    its line in the cell, its text). NotANotebook where it is none."""
+    return [
+        (number, line, text)
+        for number, cell in enumerate(_notebook(data)["cells"], 1)
+        if cell.get("cell_type") == "code"
+        for line, text in enumerate("".join(cell.get("source") or []).splitlines(), 1)
+    ]
+
+
 def python_of(data: bytes) -> tuple[bytes, Callable[[Finding], Finding]] | None:
     """A notebook's code cells as one Python module, and what moves a finding in that module to
     its cell and line (None: not a notebook, or no code)."""
