@@ -185,8 +185,17 @@ def _table(path: Path, explicit: bool = True) -> dict | None:
         raise ConfigError(f"cannot read {path}: {why}") from None
     if path.name != "pyproject.toml":
         return data
-    table = data.get("tool", {}).get("npu-migrate")
-    return table if isinstance(table, dict) else None
+    tools = data.get("tool")
+    table = tools.get("npu-migrate") if isinstance(tools, dict) else None  # `tool = 5`: not ours
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{path}: tool.npu-migrate must be a table, not {_toml_type(table)}")
+    return table
+
+
+def _toml_type(value: object) -> str:
+    """What a TOML value is, in TOML's words."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array"}
+    return next((name for kind, name in names.items() if isinstance(value, kind)), "a date or time")
 
 
 def _nearest(start: Path) -> tuple[Path | None, dict | None]:

@@ -75,6 +75,26 @@ def test_the_nearest_config_applies_and_bad_ones_are_one_line(tmp_path: Path) ->
     assert codes(root / "inner", "--config", str(other)) == ["a.py:NPU103"]
 
 
+def test_a_pyproject_whose_tool_is_no_table_is_not_an_internal_error(tmp_path: Path) -> None:
+    """`tool = 5` (a vendored project's, or the user's own) ended the run in "internal error:
+    AttributeError"; it names no table of ours, so it configures nothing. `tool.npu-migrate = 5`
+    does name ours, wrongly: one line, exit 2."""
+    root = project(tmp_path, {"vendor/lib/a.py": CUDA_FILE, "b.py": CUDA_FILE})
+    (root / "vendor" / "lib" / "pyproject.toml").write_text("tool = 5\n[project]\nname = 'lib'\n")
+    (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU103"]\n')
+    assert sorted(codes(root)) == ["b.py:NPU101", "vendor/lib/a.py:NPU101"]
+    (root / "pyproject.toml").write_text("tool = 5\n")
+    assert sorted(codes(root)) == [
+        f"{f}:{c}" for f in ("b.py", "vendor/lib/a.py") for c in ("NPU101", "NPU103")
+    ]
+    (root / "pyproject.toml").write_text("[tool]\nnpu-migrate = 5\n")
+    bad = run_cli("scan", root, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"error: {root / 'pyproject.toml'}: tool.npu-migrate must be a table, not an integer"
+    ]
+
+
 def test_a_nested_project_keeps_its_own_configuration(tmp_path: Path) -> None:
     root = project(tmp_path, {"a.py": CUDA_FILE, "sub/b.py": CUDA_FILE})
     (root / "pyproject.toml").write_text('[tool.npu-migrate]\nignore = ["NPU103"]\n')
