@@ -171,3 +171,29 @@ def test_the_shell_a_notebook_runs_meets_the_shell_rules(tmp_path: Path) -> None
         ],
         ["%%bash\n", "echo $ASCEND_RT_VISIBLE_DEVICES\n"],
     ]
+
+
+def _notebook_in(language: str, kernel: str, code: str) -> str:
+    cell = {"cell_type": "code", "metadata": {}, "source": code.splitlines(True), "outputs": []}
+    metadata = {
+        "kernelspec": {"name": kernel, "display_name": language, "language": language},
+        "language_info": {"name": language},
+    }
+    return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_notebook_in_r_or_julia_is_skipped_as_such_not_read_as_python(tmp_path: Path) -> None:
+    """An R notebook's `x <- cuda_device` read as Python (`x < -cuda_device`) and was rewritten;
+    a Julia notebook's did not parse and the run ended "not read", exit 1. Neither holds Python."""
+    (tmp_path / "r.ipynb").write_text(_notebook_in("R", "ir", "x <- torch$cuda$is_available()\n"))
+    julia = _notebook_in("julia", "julia-1.10", "using CUDA\nx = cu(rand(3))\nfunction f(x) x end\n")
+    (tmp_path / "jl.ipynb").write_text(julia)
+    (tmp_path / "py.ipynb").write_text(_notebook_in("python", "python3", "import torch\nx.cuda()\n"))
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.ipynb")}
+    result = run_cli("apply", tmp_path, "--no-change-list", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "jl.ipynb: a notebook in julia, not Python" in result.stdout + result.stderr
+    assert "r.ipynb: a notebook in R, not Python" in result.stdout + result.stderr
+    after = {p.name: p.read_bytes() for p in tmp_path.glob("*.ipynb")}
+    assert after["r.ipynb"] == before["r.ipynb"] and after["jl.ipynb"] == before["jl.ipynb"]
+    assert b"x.npu()" in after["py.ipynb"]
