@@ -65,6 +65,28 @@ def test_a_dockerfile_view_keeps_offsets_and_reads_only_the_shell() -> None:
     assert result.new_source.decode().splitlines()[2] == "ENV ASCEND_LAUNCH_BLOCKING 1"
 
 
+def test_a_shell_script_a_dockerfile_writes_with_a_copy_heredoc_is_read() -> None:
+    """`COPY <<EOF /entry.sh` (BuildKit) writes a script into the image; its text was never read.
+    A heredoc that writes a script (a `.sh` target, or a shell's `#!`) is shell; one that writes
+    data or another language is not."""
+    text = (
+        "FROM ubuntu\nCOPY <<EOF /opt/entry.sh\nexport CUDA_VISIBLE_DEVICES=0,1\nnvidia-smi\nEOF\n"
+        "COPY <<launch <<notes.txt /opt/\n#!/bin/bash\nnvidia-smi -L\nlaunch\nnvidia-smi is read\nnotes.txt\n"
+        "ADD <<-'END' /opt/run\n#!/usr/bin/env bash\nnvidia-smi\nEND\nRUN true\n"
+    )
+    result = migrate("dockerfile", text)
+    assert [(line, code) for line, _, code, _ in found(result)] == [
+        (3, "NPU751"),
+        (4, "NPU830"),
+        (8, "NPU830"),
+        (14, "NPU830"),
+    ]
+    assert result.new_source is not None
+    rewritten = result.new_source.decode().splitlines()
+    assert rewritten[2:4] == ["export ASCEND_RT_VISIBLE_DEVICES=0,1", "npu-smi info"]
+    assert rewritten[9] == "nvidia-smi is read"  # notes.txt: data, left as it is
+
+
 def test_a_makefile_renames_a_variable_where_it_is_set_and_read() -> None:
     text = "NP ?= 2\nCUDA_VISIBLE_DEVICES := 0,1\nrun: deps\n\t@echo $(CUDA_VISIBLE_DEVICES) $$NCCL_DEBUG\n"
     view = makefile_view(text.encode())

@@ -15,7 +15,8 @@ from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
 _INSTRUCTION = re.compile(rb"[ \t]*([A-Za-z]+)[ \t]*")
 _SHELL_FORM = {b"RUN", b"CMD", b"ENTRYPOINT"}
-_HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?(\w+)[\"']?")
+_SHELL_SHEBANG = re.compile(rb"\b(?:ba|da|z|k)?sh\b")
+_HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?([\w.-]+)[\"']?")
 _MAKE_ASSIGNMENT = re.compile(rb"(export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*([:?+!]?=|::=)")
 _RECIPE_PREFIX = re.compile(rb"\t[ \t@+-]*")
 _MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, not the shell's $$(...)
@@ -64,7 +65,8 @@ def dockerfile_view(data: bytes) -> bytes:
     """RUN, CMD and ENTRYPOINT in shell form as the commands they run; ENV, and ARG with a
     default, as assignments (the legacy `ENV KEY value` as `KEY=value`); FROM as a command whose
     words name the image (its tag says CUDA); every other instruction and exec forms (JSON
-    arrays) blanked. A heredoc a RUN opens keeps its text up to its terminator."""
+    arrays) blanked. A heredoc a RUN opens keeps its text up to its terminator; one COPY or ADD
+    writes keeps its text where it writes a shell script (a `.sh` file, or a shell's `#!`)."""
     view = bytearray(blanked(data))
     lines = _logical_lines(data)
     number = 0
@@ -82,20 +84,42 @@ def dockerfile_view(data: bytes) -> bytes:
             if not script:
                 view[start + body : end] = text[body:]
             for terminator in _HEREDOC.findall(text[body:]):
-                while number < len(lines):
-                    line_start, line_end = lines[number]
-                    number += 1
-                    if data[line_start:line_end].strip() == terminator:
-                        view[line_start:line_end] = (
-                            data[line_start:line_end] if not script else view[line_start:line_end]
-                        )
-                        break
-                    view[line_start:line_end] = data[line_start:line_end]
+                number = _heredoc(data, lines, number, terminator, view, keep_terminator=not script)
+        elif keyword in (b"COPY", b"ADD") and b"<<" in text[body:]:
+            heredocs = _HEREDOC.findall(text[body:])
+            target = text[body:].split()[-1] if text[body:].split() else b""
+            for terminator in heredocs:
+                named = target if len(heredocs) == 1 else terminator  # `COPY <<a.sh <<b.sh /dir/`
+                first = data[lines[number][0] : lines[number][1]] if number < len(lines) else b""
+                shell = named.endswith(b".sh") or (first.startswith(b"#!") and _SHELL_SHEBANG.search(first))
+                number = _heredoc(data, lines, number, terminator, view if shell else None)
         elif keyword == b"ENV" or (keyword == b"ARG" and b"=" in text[body:]):
             view[start + body : end] = _env_assignments(text[body:])
         elif keyword == b"FROM":
             view[start:end] = text
     return bytes(view)
+
+
+def _heredoc(
+    data: bytes,
+    lines: list[tuple[int, int]],
+    number: int,
+    terminator: bytes,
+    view: bytearray | None,
+    keep_terminator: bool = False,
+) -> int:
+    """The heredoc's lines from line `number` up to its terminator, shown in `view` as they are
+    (and the terminator where bash reads it, after a `RUN cmd <<EOT`); the line after it."""
+    while number < len(lines):
+        line_start, line_end = lines[number]
+        number += 1
+        if data[line_start:line_end].strip() == terminator:
+            if view is not None and keep_terminator:
+                view[line_start:line_end] = data[line_start:line_end]
+            return number
+        if view is not None:
+            view[line_start:line_end] = data[line_start:line_end]
+    return number
 
 
 def _env_assignments(body: bytes) -> bytes:
