@@ -128,3 +128,30 @@ def test_a_flag_list_expanded_into_a_command_string_that_is_evaluated_is_read_wo
     lines = script.read_text().splitlines()
     assert lines[2] == "    --distributed-backend hccl \\" and lines[8] == 'NOTE="--distributed-backend nccl"'
     assert subprocess.run(["bash", "-n", script], check=False).returncode == 0
+
+
+def test_a_read_of_what_a_sourced_file_may_set_is_held_where_that_file_is_not_read(tmp_path: Path) -> None:
+    """`source cluster.env` then `devices=$CUDA_VISIBLE_DEVICES`: the read was renamed and the
+    assignment in cluster.env (a file the run does not read) was not, so `devices=0,1` became
+    `devices=` on the NPU. A sourced script the run reads is renamed with it; a variable the
+    script sets itself is its own."""
+    (tmp_path / "cluster.env").write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
+    (tmp_path / "env.sh").write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nsource cluster.env\ndevices=$CUDA_VISIBLE_DEVICES\n")
+    (tmp_path / "read.sh").write_text("#!/bin/bash\n. ./env.sh\ndevices=${CUDA_VISIBLE_DEVICES}\n")
+    (tmp_path / "own.sh").write_text(
+        "#!/bin/bash\nsource cluster.env\nCUDA_VISIBLE_DEVICES=3 && d=$CUDA_VISIBLE_DEVICES\n"
+    )
+    result = run_cli("apply", ".", "--no-change-list", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert (tmp_path / "run.sh").read_text().endswith("devices=$CUDA_VISIBLE_DEVICES\n")
+    assert "which this script sources and npu-migrate does not read, may set it" in result.stdout
+    env = {"PATH": "/usr/bin:/bin"}
+    ran = subprocess.run(["bash", "-c", ". ./read.sh && echo $devices"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert ran.stdout == "0,1\n"  # env.sh and read.sh renamed together
+    assert (
+        (tmp_path / "own.sh")
+        .read_text()
+        .endswith("ASCEND_RT_VISIBLE_DEVICES=3 && d=$ASCEND_RT_VISIBLE_DEVICES\n")
+    )

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -71,6 +72,7 @@ def migrate_script(
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     spelled = (site for start, end in texts for site in _spelled_in(data, start, end, read=True))
     sites = [*_sites(tree.root_node, view), *_flag_lists(tree.root_node, view), *spelled, *installed]
+    sites = _held_where_sourced(tree.root_node, view, sites)
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         if (unmigrated := _bash_refuses(view)) is not None:  # the input's fault, not the fixes'
@@ -159,6 +161,56 @@ def _sites(node: Any, data: bytes, read: bool = True) -> Iterator[Site]:
         yield from _arguments([c for c in node.children if c.type not in ("(", ")", "comment")], data)
     for child in node.children:
         yield from _sites(child, data, read)
+
+
+_READ_SCRIPTS = (".sh", ".bash")  # a file sourced by a relative name with these is read by the run too
+
+
+def _held_where_sourced(root: Any, data: bytes, sites: list[Site]) -> list[Site]:
+    """The sites, each read of a variable the script does not set itself held after it sources
+    a file the run does not read (`source cluster.env`, `. /etc/profile.d/cuda.sh`, a computed
+    name): that file may set the variable, and renaming the read alone reads what nothing sets."""
+    sourced = [
+        (command.start_byte, _text(arguments[0], data))
+        for command in _walk(root)
+        if command.type == "command"
+        and (name := next((c for c in command.children if c.type == "command_name"), None)) is not None
+        and _text(name, data) in ("source", ".")
+        and (arguments := [c for c in command.children if c.start_byte >= name.end_byte])
+        and not (
+            arguments[0].type == "word"
+            and _text(arguments[0], data).endswith(_READ_SCRIPTS)
+            and not _text(arguments[0], data).startswith(("/", "~"))
+        )
+    ]
+    if not sourced:
+        return sites
+    set_here = {
+        _text(name, data)
+        for node in _walk(root)
+        if node.type == "variable_assignment"
+        for name in node.children[:1]
+        if name.type == "variable_name"
+    }
+    reads = {
+        name.start_byte
+        for node in _walk(root)
+        if node.type in ("simple_expansion", "expansion")
+        for name in node.children
+        if name.type == "variable_name" and _text(name, data) not in set_here
+    }
+    first, file = min(sourced)
+    held = Hold(
+        "set by a file the run does not read",
+        f"`{file[:80]}`, which this script sources and npu-migrate does not read, may set it: "
+        "rename it there and here together",
+    )
+    return [
+        replace(site, held=held)
+        if site.kind == "variable" and site.start in reads and site.start > first
+        else site
+        for site in sites
+    ]
 
 
 def _flag_lists(root: Any, data: bytes) -> Iterator[Site]:
