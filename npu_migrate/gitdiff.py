@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from npu_migrate.git import GitError, git, repository_top
-from npu_migrate.handlers.notebook import NotANotebook, cell_lines
 
 _FILE = re.compile(r"^\+\+\+ (?:b/(.*)|\"b/(.*)\")$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
@@ -88,6 +87,8 @@ def _shown(top: Path, commit: str, path: str) -> bytes:
 def _changed_cells(old: bytes, new: bytes) -> set[tuple[int, int]]:
     """The (cell, line) pairs of the new notebook's code whose lines the old one does not hold
     there; every line of a notebook that cannot be read (the whole file is then the change)."""
+    from npu_migrate.handlers.notebook import NotANotebook, cell_lines  # (the engine: not at start-up)
+
     try:
         before = [text for _, _, text in cell_lines(old)] if old else []
     except NotANotebook:

@@ -5,6 +5,7 @@ then `acc = acc.to(device)`) is found through them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
@@ -94,18 +95,12 @@ class Bindings:
                     self._add(element.value.value, None, conditional)
 
 
+@functools.lru_cache(maxsize=4)
 def module_scope(module: cst.Module) -> cst.FunctionDef:
     """A script's top level read as the body of a function without parameters, so that its
-    bindings are followed as a function's are (the statements are the module's own nodes)."""
+    bindings are followed as a function's are (the statements are the module's own nodes). One
+    per module, so that what is worked out per scope is worked out once for its top level."""
     return cst.FunctionDef(cst.Name("_"), cst.Parameters(), cst.IndentedBlock(body=module.body))
-
-
-def statement_of(function: cst.FunctionDef, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement of `function`'s own body (at any depth of blocks) that holds `node`."""
-    for statement in subtree(function.body):
-        if isinstance(statement, cst.SimpleStatementLine) and _contains(statement, node):
-            return statement
-    return node
 
 
 def _suites(statement: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:

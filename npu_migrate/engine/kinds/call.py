@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import libcst as cst
 from pydantic import AfterValidator, Field
 
-from npu_migrate.engine.bindings import Bindings, module_scope, statement_of
+from npu_migrate.engine.bindings import Bindings, module_scope
 from npu_migrate.engine.fixes import chain_source, edit_keywords, filled_guard, framed, replace_expression
 from npu_migrate.engine.holds import subtree
 from npu_migrate.engine.imports import renamed
@@ -73,12 +73,20 @@ class CallMatch(Strict):
     )
 
 
+# a name -> the calls of its methods (`x.cuda()`), each with the statement line that holds it
+_MethodCalls = dict[str, list[tuple[cst.Call, cst.CSTNode]]]
+
+
 class CallMatcher(Matcher):
     kind: CallKind
 
     def __init__(self, ctx: FileContext, kind: CallKind) -> None:
         super().__init__(ctx, kind)
         self.moved: dict[cst.Call, str] = {}  # a call whose result a method moves at once -> that method
+        # per scope: each name -> the method calls on it (`x.cuda()`), found in one walk of the
+        # scope (a walk per call made module-level code quadratic); the scope is kept with them
+        self._methods_called: dict[int, tuple[cst.CSTNode, _MethodCalls]] = {}
+        self._values_reaching: dict[cst.Call, set[int]] = {}  # a move -> the ids of what it may move
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call):
@@ -141,20 +149,43 @@ class CallMatcher(Matcher):
             return False
         functions = self.ctx.facts.functions
         scope = functions[-1] if functions else module_scope(self.ctx.module)
-        for node in subtree(scope.body):
-            if not (
+        for node, statement in self._methods_called_on(scope).get(target, []):
+            if node.func.attr.value not in methods or (  # type: ignore[attr-defined]
+                node.func.attr.value == "to" and not self._to_a_device(node)  # type: ignore[attr-defined]
+            ):
+                continue
+            if id(original) in self._reaching(scope, statement, node, target):
+                return True
+        return False
+
+    def _reaching(self, scope: cst.CSTNode, statement: cst.CSTNode, move: cst.Call, name: str) -> set[int]:
+        """The values (their ids) of `name`'s bindings that reach `move`, once per move (each
+        call a rule may move asks of every move of the name)."""
+        if move not in self._values_reaching:
+            reaching = Bindings(cast(cst.FunctionDef, scope), statement).reaching(name)
+            self._values_reaching[move] = {id(b.value) for b in reaching if b.value is not None}
+        return self._values_reaching[move]
+
+    def _methods_called_on(self, scope: cst.CSTNode) -> _MethodCalls:
+        """Each name in `scope` -> the calls of its methods there (`name.method(...)`), in order,
+        each with the statement line that holds it (the call itself outside one: an `if`'s test)."""
+        kept = self._methods_called.get(id(scope))
+        if kept is not None and kept[0] is scope:
+            return kept[1]
+        line_of: dict[int, cst.CSTNode] = {}
+        for statement in subtree(scope.body):  # type: ignore[attr-defined]
+            if isinstance(statement, cst.SimpleStatementLine):
+                line_of.update((id(node), statement) for node in subtree(statement))
+        calls: _MethodCalls = {}
+        for node in subtree(scope.body):  # type: ignore[attr-defined]
+            if (
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
                 and isinstance(node.func.value, cst.Name)
-                and node.func.value.value == target
-                and node.func.attr.value in methods
-                and (node.func.attr.value != "to" or self._to_a_device(node))
             ):
-                continue
-            reaching = Bindings(scope, statement_of(scope, node)).reaching(target)
-            if any(binding.value is original for binding in reaching):
-                return True
-        return False
+                calls.setdefault(node.func.value.value, []).append((node, line_of.get(id(node), node)))
+        self._methods_called[id(scope)] = (scope, calls)
+        return calls
 
     def _already_fallback(self, match: CallMatch, original: cst.Call) -> bool:
         conditional = self.ctx.facts.fallback_of(original)
