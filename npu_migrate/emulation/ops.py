@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -527,6 +528,10 @@ _MAX_TOKENS = 2147483647
 _MAX_HEAD_DIM = 768
 _MAX_QUERY_HEADS = 256
 _COMPRESSED_MASK_SIZE = 2048
+# a storage holding a compressed causal mask -> where, laid out how and at which version it was one
+_CAUSAL_MASKS_SEEN: weakref.WeakKeyDictionary[Any, tuple[int, tuple[int, ...], int]] = (
+    weakref.WeakKeyDictionary()
+)
 _QUERY_BLOCK = 64  # queries computed at once: the fused kernel never holds the whole (S, S) scores
 _ALIBI_COMPRESSED_ROWS = 1024
 _SOFTMAX_STAT_WIDTH = 8
@@ -690,12 +695,19 @@ def _check_atten_mask(
 
 def _is_compressed_causal(mask: Tensor) -> bool:
     """Whether a (2048, 2048) mask is triu(ones, 1), checked a block of rows at a time (a whole
-    expected mask per call would be 4 MiB the real kernel never allocates)."""
+    expected mask per call would be 4 MiB the real kernel never allocates); once per mask and
+    version of it (a model passes the same buffer to every layer at every step, and the check
+    cost half a second each time)."""
+    storage = mask.untyped_storage()
+    known = (mask.data_ptr(), mask.stride(), mask._version)
+    if _CAUSAL_MASKS_SEEN.get(storage) == known:
+        return True
     columns = torch.arange(mask.shape[1], device=mask.device)
     for start in range(0, mask.shape[0], _QUERY_BLOCK):
         rows = torch.arange(start, min(start + _QUERY_BLOCK, mask.shape[0]), device=mask.device)
         if not torch.equal(mask[start : start + len(rows)].bool(), columns > rows[:, None]):
             return False
+    _CAUSAL_MASKS_SEEN[storage] = known
     return True
 
 

@@ -385,6 +385,22 @@ def test_attention_rejects_invalid_inputs(overrides: dict, message: str) -> None
         fa_call(**overrides)
 
 
+def test_a_compressed_mask_checked_once_is_checked_again_once_changed() -> None:
+    """The check of the 2048x2048 mask is remembered per mask (it cost half a second at every
+    layer of every step), but a mask changed in place, or another mask in the same storage
+    seen through another view, is checked again."""
+    mask = COMPRESSED_MASK.clone()
+    fa_call(atten_mask=mask, sparse_mode=2)
+    fa_call(atten_mask=mask, sparse_mode=2)
+    mask[0, 5] = False
+    with pytest.raises(ValueError, match="compressed mask"):
+        fa_call(atten_mask=mask, sparse_mode=2)
+    mask[0, 5] = True
+    fa_call(atten_mask=mask, sparse_mode=2)
+    with pytest.raises(ValueError, match="compressed mask"):
+        fa_call(atten_mask=mask.t(), sparse_mode=2)
+
+
 @pytest.mark.parametrize(
     ("layout", "overrides", "message"),
     [
