@@ -57,6 +57,21 @@ def test_an_in_place_change_list_goes_beside_the_tree_not_into_the_current_folde
     assert (root / f"lib-{NAME}.csv").is_file() and files_in(elsewhere) == [".cache"]
 
 
+def test_two_trees_migrated_from_one_folder_get_a_change_list_each(tmp_path: Path) -> None:
+    """Wan2.1's apply run where Megatron's ran no longer reports Megatron's rows as its own."""
+    megatron = project(tmp_path / "megatron", {"a.py": CUDA_FILE})
+    wan = project(tmp_path / "wan", {"b.py": CUDA_FILE, "c.py": CUDA_FILE})
+    work = tmp_path / "work"
+    work.mkdir()
+    assert cli("apply", megatron, "--out", "megatron_npu", cwd=work).returncode == 0
+    second = cli("apply", wan, "--out", "wan_npu", cwd=work)
+    assert second.returncode == 0, second.stderr
+    assert "kept from earlier runs" not in second.stdout
+    for copy, files in (("megatron_npu", {"a.py"}), ("wan_npu", {"b.py", "c.py"})):
+        with (work / f"{copy}-{NAME}.csv").open(newline="") as handle:
+            assert {Path(row["File"]).name for row in csv.DictReader(handle)} == files
+
+
 def test_two_trees_never_share_a_change_list(tmp_path: Path) -> None:
     """Megatron's rows are no part of Wan2.1's record: a second tree's apply into the list of a
     first one is refused before it writes anything, and the first one's list stays as it was."""
@@ -121,7 +136,10 @@ def test_a_change_list_path_that_is_no_change_list_is_refused_and_left_alone(tmp
     link to a file elsewhere, the JSON twin's place taken): each refused before any work."""
     root = project(tmp_path, {"a.py": CUDA_FILE})
     (tmp_path / "folder.csv").mkdir()
-    refused(cli("apply", root, "--change-list", tmp_path / "folder.csv", cwd=tmp_path), "a folder is there")
+    for folder in (tmp_path / "folder.csv", ".", "/", ""):  # the last three raised ValueError
+        refused(cli("apply", root, "--change-list", folder, cwd=tmp_path), "a folder")
+    (tmp_path / "twin.json").mkdir()
+    refused(cli("apply", root, "--change-list", tmp_path / "twin.csv", cwd=tmp_path), "a folder is there")
     missing = tmp_path / "no-such" / "c.csv"
     refused(cli("apply", root, "--change-list", missing, cwd=tmp_path), "its folder does not exist")
     assert not missing.parent.exists()
@@ -154,7 +172,14 @@ def test_a_change_list_named_after_a_source_file_is_refused(tmp_path: Path) -> N
     run = cli("apply", root / "a.py", "--change-list", root / "b.py", cwd=tmp_path)
     refused(run, f"{root / 'b.py'}: a file that is no change list")
     assert files_in(root) == ["a.py", "b.py"], "no b.csv nor b.json written into the tree"
-    assert (root / "a.py").read_text() == CUDA_FILE
+    for source, says in (
+        ("a.py", "is one of the files being read"),
+        ("b.py", "a file that is no change list"),
+    ):
+        link = tmp_path / f"{source}.csv"  # b.py, which this run does not read, was written through it
+        link.symlink_to(root / source)
+        refused(cli("apply", root / "a.py", "--change-list", link, cwd=tmp_path), says)
+    assert (root / "a.py").read_text() == (root / "b.py").read_text() == CUDA_FILE
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")

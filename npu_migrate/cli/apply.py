@@ -101,8 +101,11 @@ def apply(
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
     listed = not dry_run and not no_change_list
-    if listed and change_list is not None and not change_list.parent.is_dir():  # a typo, as a report's
-        common.fail(f"cannot write the change list {change_list}: its folder does not exist")
+    if listed and change_list is not None:  # checked as a report's path is
+        if change_list.is_dir() or not change_list.name:
+            common.fail(f"cannot write the change list {change_list}: a folder; name a file")
+        if not change_list.parent.is_dir():
+            common.fail(f"cannot write the change list {change_list}: its folder does not exist")
     tree = ""
     earlier: list[dict] | None = None
     if listed:  # what can fail early fails before any work
