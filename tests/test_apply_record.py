@@ -60,27 +60,27 @@ def test_the_default_change_list_lands_outside_the_repository_being_migrated(tmp
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     copy = run_cli("apply", "src", "--out", tmp_path / "copy", cwd=repo)
     assert copy.returncode == 0, copy.stderr
-    beside = tmp_path / "proj-npu-migrate-changes.csv"
-    assert f"change list: {beside} and {beside.with_suffix('.json')}" in copy.stdout
-    with beside.open(newline="") as handle:
+    beside_copy = tmp_path / "copy-npu-migrate-changes.csv"
+    assert f"change list: {beside_copy} and {beside_copy.with_suffix('.json')}" in copy.stdout
+    with beside_copy.open(newline="") as handle:
         assert {row["File"] for row in csv.DictReader(handle)} == {str(tmp_path / "copy" / "a.py")}
     assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "src"]
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["a.py"]
-    beside.unlink()
-    beside.with_suffix(".json").unlink()
     in_place = run_cli("apply", ".", cwd=repo / "src")  # from a folder of the repository
     assert in_place.returncode == 0, in_place.stderr
+    beside = tmp_path / "proj-npu-migrate-changes.csv"
     assert beside.is_file() and sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "src"]
     elsewhere = tmp_path / "reports"
     elsewhere.mkdir()
     other = project(tmp_path / "other", {"a.py": CUDA_FILE})
-    run_cli("apply", other, cwd=elsewhere)  # run from a folder of no tree it migrates: here
-    assert (elsewhere / "npu-migrate-changes.csv").is_file()
+    run_cli("apply", other, cwd=elsewhere)  # run from a folder of no tree it migrates: beside the tree
+    assert (tmp_path / "other" / "proj-npu-migrate-changes.csv").is_file()
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_a_later_run_keeps_the_record_of_an_earlier_one(tmp_path: Path) -> None:
     root = project(tmp_path, {"a.py": CUDA_FILE + GRAPH})
-    changes, twin = tmp_path / "npu-migrate-changes.csv", tmp_path / "npu-migrate-changes.json"
+    changes, twin = tmp_path / "proj-npu-migrate-changes.csv", tmp_path / "proj-npu-migrate-changes.json"
 
     def rows() -> list[tuple[int, str, int, str, str]]:
         return [
@@ -98,7 +98,7 @@ def test_a_later_run_keeps_the_record_of_an_earlier_one(tmp_path: Path) -> None:
 
     again = run_cli("apply", root, cwd=tmp_path)  # nothing left to change
     assert "rewrote 0 file(s)" in again.stdout
-    assert f"change list: {changes.name} kept as an earlier run wrote it (nothing rewritten)" in again.stdout
+    assert f"change list: {changes} kept as an earlier run wrote it (nothing rewritten)" in again.stdout
     assert (changes.read_bytes(), twin.read_bytes()) == recorded
 
     unsafe = run_cli("apply", root, "--unsafe", cwd=tmp_path)  # the next step of the migration
@@ -119,9 +119,10 @@ def test_a_later_run_keeps_the_record_of_an_earlier_one(tmp_path: Path) -> None:
     assert list(table[0]) == ["File", "Start Line", "End Line", "Operation Type", "Message"]
     assert len(table) == len(json.loads(twin.read_text())) == 7, "two INSERTs beside the five edits"
 
-    changes.write_text("name,score\nann,3\n")  # not a change list: replaced, and said
+    changes.write_text("name,score\nann,3\n")  # not a change list: left as it is, and said
     twin.unlink()
     (root / "c.py").write_text(CUDA_FILE)
-    replaced = run_cli("apply", root, cwd=tmp_path)
-    assert f"note: {changes.name} is no change list npu-migrate can read" in replaced.stderr
-    assert changes.read_text().startswith("File,Start Line,End Line,Operation Type,Message\n")
+    refused = run_cli("apply", root, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert f"error: cannot write the change list {changes}: a file that is no change list" in refused.stderr
+    assert changes.read_text() == "name,score\nann,3\n" and (root / "c.py").read_text() == CUDA_FILE

@@ -63,7 +63,7 @@ def test_apply_in_place_rewrites_only_what_needs_it(tmp_path: Path) -> None:
     )
     after = os.stat(root / "b.py")
     assert (after.st_ino, after.st_mtime_ns) == (untouched.st_ino, untouched.st_mtime_ns)
-    assert (tmp_path / "npu-migrate-changes.csv").is_file()
+    assert (tmp_path / "proj-npu-migrate-changes.csv").is_file()
     assert not list(root.glob(".*npu-migrate*")), "no temporary files left behind"
 
 
@@ -71,7 +71,7 @@ def test_dry_run_writes_nothing_and_diff_shows_the_change(tmp_path: Path) -> Non
     root = project(tmp_path, {"a.py": CUDA_FILE})
     result = run_cli("apply", root, "--dry-run", "--diff", cwd=tmp_path)
     assert (root / "a.py").read_text() == CUDA_FILE
-    assert not (tmp_path / "npu-migrate-changes.csv").exists()
+    assert not (tmp_path / "proj-npu-migrate-changes.csv").exists()
     assert "\n-x = torch.zeros(2).cuda()  # move\n" in result.stdout
     assert "\n+x = torch.zeros(2).npu()  # move\n" in result.stdout
     assert "would rewrite 1 file(s)" in result.stderr
@@ -225,8 +225,9 @@ def test_a_failed_write_is_one_line_and_touches_no_source(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert result.stderr.startswith("error: cannot write ") and result.stderr.count("\n") == 1
     assert (root / "a.py").read_text() == CUDA_FILE
-    made = run_cli("apply", root, "--change-list", tmp_path / "reports" / "changes.csv", cwd=tmp_path)
-    assert made.returncode == 0 and (tmp_path / "reports" / "changes.json").is_file()
+    typo = run_cli("apply", root, "--change-list", tmp_path / "reports" / "changes.csv", cwd=tmp_path)
+    assert typo.returncode == 2 and typo.stderr.endswith("changes.csv: its folder does not exist\n")
+    assert not (tmp_path / "reports").exists()
 
 
 def test_help_texts_keep_their_defaults(tmp_path: Path) -> None:
@@ -270,7 +271,7 @@ def test_findings_after_apply_point_at_the_rewritten_files_lines(tmp_path: Path)
     assert lines[1] == "import torch_npu"  # everything below moved down one line
     line = int(re.search(r"a\.py:(\d+):\d+: NPU106", in_place.stdout).group(1))
     assert "get_device_capability" in lines[line - 1]
-    records = json.loads((tmp_path / "npu-migrate-changes.json").read_text())
+    records = json.loads((tmp_path / "proj-npu-migrate-changes.json").read_text())
     rows = {r["Rule"]: r for r in records if "Rule" in r}
     assert "npu()" in lines[int(rows["NPU103"]["Start Line"]) - 1]
     source = project(tmp_path / "other", {"a.py": code})

@@ -132,7 +132,7 @@ def test_held_findings_are_labelled_and_explained_in_every_report(tmp_path) -> N
     scan = run_cli("scan", root, cwd=tmp_path)
     assert "NPU101 [held]" in scan.stdout and "fix held back: it guards" in scan.stdout
     run_cli("apply", root, cwd=tmp_path)
-    rows = (tmp_path / "npu-migrate-changes.csv").read_text()
+    rows = (tmp_path / "proj-npu-migrate-changes.csv").read_text()
     assert "(fix held back: it guards `torch.cuda.get_device_capability` (NPU106)" in rows
     assert "if torch.cuda.is_available():" in (root / "a.py").read_text()
 

@@ -211,7 +211,7 @@ def test_a_full_disk_leaves_every_file_whole_and_says_what_was_written(tmp_path:
     assert "not written" in run.stdout and "big.py" in run.stdout
     assert (root / "a.py").read_text() == MIGRATED
     assert (root / "big.py").read_text() == big  # old, not half-written
-    assert "not written" in (tmp_path / "npu-migrate-changes.csv").read_text()
+    assert "not written" in (tmp_path / "proj-npu-migrate-changes.csv").read_text()
 
 
 def test_an_unwritable_change_list_fails_before_any_source_is_touched(tmp_path: Path) -> None:
@@ -317,7 +317,7 @@ def test_the_change_list_gets_the_usual_file_mode(tmp_path: Path) -> None:
     cli("apply", root, cwd=tmp_path)
     umask = os.umask(0)
     os.umask(umask)
-    assert (tmp_path / "npu-migrate-changes.csv").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "proj-npu-migrate-changes.csv").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_git_ignore_rules_apply_as_git_applies_them(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -65,8 +66,8 @@ def apply(
         Path | None,
         typer.Option(
             help="Where to write the change list (.csv, and .json beside it), merged with an earlier "
-            "run's. Default: npu-migrate-changes.csv here, or, where here is inside the folder "
-            "migrated, the copy or either's git repository, beside the outermost of them.",
+            "run's of the same tree. Default: beside the tree migrated (the copy with --out), or "
+            "beside the git repository it lies in, named after it: TREE-npu-migrate-changes.csv.",
             show_default=False,
         ),
     ] = None,
@@ -100,9 +101,21 @@ def apply(
             common.fail("--out must lie outside the folder being migrated")
     files = common.find_files(paths, max_size)
     listed = not dry_run and not no_change_list
-    change_list = (change_list or _default_change_list(paths, out_dir)) if listed else None
-    if change_list is not None:
+    if listed and change_list is not None:  # checked as a report's path is
+        if change_list.is_dir() or not change_list.name:
+            common.fail(f"cannot write the change list {change_list}: a folder; name a file")
+        if not change_list.parent.is_dir():
+            common.fail(f"cannot write the change list {change_list}: its folder does not exist")
+    tree = ""
+    earlier: list[dict] | None = None
+    if listed:  # what can fail early fails before any work
+        migrated = _migrated(paths, out_dir)
+        change_list = change_list or _beside(migrated)
+        tree = f"{paths[0].resolve()} -> {migrated}" if out_dir else str(migrated)  # a copy's: of what
         common.never_over_a_source([change_list.with_suffix(".csv"), change_list.with_suffix(".json")], files)
+        earlier = _earlier(change_list, tree)
+    else:
+        change_list = None
     with leaving("no file was written"):
         outcomes = selection.run_selected(files, chosen, enabled_fixes(unsafe), jobs, use_cache=not no_cache)
     changed = [o for o in outcomes if o.changed]
@@ -110,10 +123,8 @@ def apply(
         for outcome in changed:
             sys.stdout.write(unified_diff(outcome))
     written = Written()
-    earlier: list[dict] | None = None
     said = ""  # what the last lines say of the change list
-    if change_list is not None:  # what can fail early fails before any source is touched
-        earlier = _earlier(change_list)
+    if change_list is not None:  # what can fail before a source is touched fails here
         if earlier is not None and not changed:  # the record of an earlier run stays as it is
             said = f"{change_list.with_suffix('.csv')} kept as an earlier run wrote it (nothing rewritten)"
             change_list = None
@@ -132,7 +143,7 @@ def apply(
         if change_list is not None:
             csv_path, json_path = change_list.with_suffix(".csv"), change_list.with_suffix(".json")
             try:
-                rows, kept = write_change_list(change_list, outcomes, written.not_written, earlier)
+                rows, kept = write_change_list(change_list, tree, outcomes, written.not_written, earlier)
                 said = f"{csv_path} and {json_path}" + (
                     f", {rows} row(s), {kept} of them kept from earlier runs" if earlier is not None else ""
                 )
@@ -173,38 +184,38 @@ def apply(
     common.finish([finding for _, finding in left], chosen.fail_on, exit_zero, failed, len(summary.unread))
 
 
-def _default_change_list(paths: list[Path], out_dir: Path | None) -> Path:
-    """Here, unless here is inside a tree the run migrates: a folder it reads (a file's folder), the
-    copy (--out), or the git repository any of them lies in; then beside the outermost such tree
-    around here, named after it. So the change list lands neither in the migrated repository nor
-    in the source tree, whichever folder of the repository apply runs from."""
-    trees = set()
-    for tree in [*paths, *([out_dir] if out_dir else [])]:
-        folder = tree.resolve() if tree.is_dir() or tree == out_dir else tree.resolve().parent
-        trees.add(folder)
-        repository = top_level(folder)
-        if repository is not None:
-            trees.add(repository)
-    here = Path.cwd().resolve()
-    around = [tree for tree in trees if here.is_relative_to(tree) and tree.parent != tree]
-    if not around:
-        return Path("npu-migrate-changes.csv")
-    outer = min(around, key=lambda tree: len(tree.parts))
-    return outer.parent / f"{outer.name}-npu-migrate-changes.csv"
+def _migrated(paths: list[Path], out_dir: Path | None) -> Path:
+    """The tree apply rewrites, whose change list this run writes: the copy (--out), else the
+    folder of every path it reads, or the git repository that folder lies in (so runs over parts
+    of one repository keep one record)."""
+    if out_dir is not None:
+        return out_dir.resolve()
+    folders = [path.resolve() if path.is_dir() else path.resolve().parent for path in paths]
+    folder = Path(os.path.commonpath(folders))
+    return top_level(folder) or folder
 
 
-def _earlier(change_list: Path) -> list[dict] | None:
-    """The rows of the change list an earlier run left at `change_list`, to merge this run's with;
-    a file there that is no change list is replaced, as a report would be, and said."""
+def _beside(tree: Path) -> Path:
+    """The default change list: beside the tree migrated, or beside the git repository it lies in,
+    named after it, whatever folder apply runs from; so it lands neither in the migrated
+    repository nor among another tree's change lists."""
+    outer = top_level(tree) or tree
+    if outer.parent == outer:
+        common.fail(f"no folder beside {outer} for the change list: name one with --change-list")
+    return outer.parent / "-".join([outer.name, *tree.relative_to(outer).parts, "npu-migrate-changes.csv"])
+
+
+def _earlier(change_list: Path, tree: str) -> list[dict] | None:
+    """The rows of the change list an earlier run of `tree` left at `change_list`, to merge this
+    run's with; anything there a write would lose (a folder, a file of the user's, a list the user
+    edited, another tree's) is a one-line error, and left as it is."""
     try:
-        return read_change_list(change_list)
+        return read_change_list(change_list, tree)
     except ChangeListError as exc:
-        name = change_list.with_suffix(".csv")
-        common.err.print(
-            f"note: {escape(str(name))} is no change list npu-migrate can read ({escape(str(exc))}); "
-            "it is replaced"
+        common.fail(
+            f"cannot write the change list {exc}; it is left as it is: move it aside, or name another "
+            "with --change-list"
         )
-        return None
 
 
 def _ready(change_list: Path) -> tuple[Path, Path]:

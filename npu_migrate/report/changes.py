@@ -3,7 +3,7 @@ Ascend's own migration tool (CSV), with a JSON twin."""
 
 from __future__ import annotations
 
-import contextlib
+import codecs
 import csv
 import io
 import json
@@ -88,57 +88,83 @@ EDITS = frozenset({"MODIFY", "INSERT", "DELETE"})  # what a run did; the other t
 
 
 class ChangeListError(Exception):
-    """An earlier change list that cannot be read back (not one npu-migrate wrote)."""
+    """What is at the change list's path that apply must not write over, and why."""
 
 
-def read_change_list(path: Path) -> list[dict] | None:
-    """The rows of the change list at `path` (its .json twin, which keeps each row's rule and run,
-    else the .csv), or None where there is none, or an empty one."""
+_HEADER = (",".join(CHANGE_LIST_COLUMNS) + "\n").encode()
+
+
+def read_change_list(path: Path, tree: str) -> list[dict] | None:
+    """The rows an earlier run of `tree` left in the change list at `path` (.csv, and its .json
+    twin, which keeps each row's rule, run and tree), to merge this run's with; None where there is
+    none (no file, an empty one, or what is no regular file: a FIFO, /dev/null). Whatever a write
+    there would lose is a ChangeListError: a folder, a file of the user's, a list the user edited
+    (the CSV no longer the one its twin makes), another tree's list."""
     csv_path, json_path = path.with_suffix(".csv"), path.with_suffix(".json")
-    if not csv_path.is_file() or not csv_path.stat().st_size:
-        return None
     try:
-        if json_path.is_file():
-            with contextlib.suppress(ValueError):
-                records = json.loads(json_path.read_text(encoding="utf-8"))
-                rows = [_as_row(record) for record in records] if isinstance(records, list) else [None]
-                if all(rows):
-                    return [row for row in rows if row]
-        with csv_path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames != CHANGE_LIST_COLUMNS:
-                raise ChangeListError("its columns are not the change list's")
-            rows = [_as_row({key: _from_text(value) for key, value in record.items()}) for record in reader]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ChangeListError(getattr(exc, "strerror", None) or str(exc)) from exc
-    if not all(rows):
-        raise ChangeListError("a line of it is not a change-list row")
-    return [row for row in rows if row]
+        if path not in (csv_path, json_path) and _held(path) is not None:  # `--change-list train.py`
+            raise ChangeListError(f"{path}: a file that is no change list")
+        table, twin = _held(csv_path), _held(json_path)
+        if table is None:
+            if twin is not None:
+                raise ChangeListError(f"{json_path}: a file that is no change list (no {csv_path.name})")
+            return None
+        with csv_path.open("rb") as handle:
+            header = handle.readline(len(_HEADER) + 1)  # a huge or binary file is not read whole
+        if not header.removeprefix(codecs.BOM_UTF8).startswith(_HEADER[:-1]):  # edited, if it does
+            raise ChangeListError(f"{csv_path}: a file that is no change list")
+        rows = _twin_rows(json_path) if twin is not None else None
+        if rows is None or table != len(made := _csv_bytes(rows)) or csv_path.read_bytes() != made:
+            raise ChangeListError(
+                f"{csv_path}: edited since npu-migrate wrote it (or its twin {json_path.name} is "
+                "missing or changed); move it aside to keep it"
+            )
+    except OSError as exc:
+        raise ChangeListError(f"{exc.filename or csv_path}: {exc.strerror or exc}") from exc
+    other = {row.get("Tree") for row in rows} - {tree}
+    if other:
+        earlier = other.pop() or "no tree (an older npu-migrate wrote it)"
+        raise ChangeListError(f"{csv_path}: the change list of {earlier}, not of {tree}")
+    return rows
+
+
+def _held(path: Path) -> int | None:
+    """The size of the regular file at `path`, or None where there is none, or an empty one, or
+    what is written into as it is (not a regular file, nor a folder, which is a ChangeListError)."""
+    if path.is_dir():
+        raise ChangeListError(f"{path}: a folder is there")
+    if not path.is_file():
+        return None
+    return path.stat().st_size or None
+
+
+def _twin_rows(json_path: Path) -> list[dict] | None:
+    """The rows of the JSON twin, or None where it holds something else."""
+    try:
+        records = json.loads(json_path.read_bytes())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    rows = [_as_row(record) for record in records] if isinstance(records, list) else [None]
+    return [row for row in rows if row] if all(rows) else None
 
 
 def _as_row(record: Any) -> dict | None:
-    """A row read back (its line numbers as numbers, its run 1 where it names none: a CSV's, or
-    one an older npu-migrate wrote), or None where it is not one."""
-    if not isinstance(record, dict) or not all(
-        isinstance(record.get(k), str) for k in ("File", "Operation Type")
-    ):
+    """A row of the JSON twin read back, or None where it is not one."""
+    if not isinstance(record, dict):
         return None
-    lines = {key: record.get(key) for key in ("Start Line", "End Line")}
-    lines = {key: int(v) if isinstance(v, str) and v.isdigit() else v for key, v in lines.items()}
-    if not all(isinstance(v, int) for v in lines.values()):
-        return None
-    run = record.get("Run")
-    return {**record, **lines, "Run": run if isinstance(run, int) and run > 0 else 1}
+    texts = all(isinstance(record.get(key), str) for key in ("File", "Operation Type"))
+    numbers = all(type(record.get(key)) is int for key in ("Start Line", "End Line", "Run"))
+    return record if texts and numbers and record["Run"] > 0 else None
 
 
-def merged(earlier: list[dict], rows: list[dict], read: set[str]) -> tuple[list[dict], int]:
+def merged(earlier: list[dict], rows: list[dict], read: set[str], tree: str) -> tuple[list[dict], int]:
     """This run's rows over an earlier run's, and how many of those are kept: the record of the
     migration keeps every edit an earlier run made (MODIFY, INSERT, DELETE); what an earlier run
     listed as left (UNSUPPORTED, TO MODIFY, SUGGESTION, NOTE) is replaced, in each file this run
-    read, by what this run leaves. Each row says which run wrote it (`Run`, from 1); an edit this
-    run lists again replaces the earlier row of it."""
+    read, by what this run leaves. Each row says which run wrote it (`Run`, from 1) and the tree
+    that run migrated (`Tree`); an edit this run lists again replaces the earlier row of it."""
     run = 1 + max((row["Run"] for row in earlier), default=0)
-    new = [{**row, "Run": run} for row in rows]
+    new = [{**row, "Run": run, "Tree": tree} for row in rows]
     again = {_key(row) for row in new if row["Operation Type"] in EDITS}
     kept = [
         row
@@ -156,21 +182,26 @@ def _key(row: dict) -> tuple:
 
 def write_change_list(
     path: Path,
+    tree: str,
     outcomes: list[FileOutcome],
     not_written: dict[str, str] | None = None,
     earlier: list[dict] | None = None,
 ) -> tuple[int, int]:
-    """Write this run's change list, merged with an `earlier` one's rows (see `merged`): how
-    many rows it holds, and how many of them an earlier run wrote."""
+    """Write this run's change list of `tree`, merged with an `earlier` one's rows (see `merged`):
+    how many rows it holds, and how many of them an earlier run wrote."""
     read = {o.file.display for o in outcomes if o.file.data is not None}
-    rows, kept = merged(earlier or [], change_rows(outcomes, not_written), read)
+    rows, kept = merged(earlier or [], change_rows(outcomes, not_written), read, tree)
+    write_output(path.with_suffix(".csv"), _csv_bytes(rows))
+    json_text = json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+    write_output(path.with_suffix(".json"), json_text.encode("utf-8"))
+    return len(rows), kept
+
+
+def _csv_bytes(rows: list[dict]) -> bytes:
+    """The CSV of `rows`, as written: what an unedited list holds, byte for byte."""
     buffer = io.StringIO()
     write_csv(buffer, rows)
-    csv_path = path.with_suffix(".csv")
-    json_path = path.with_suffix(".json")
-    write_output(csv_path, buffer.getvalue().encode("utf-8"))
-    write_output(json_path, (json.dumps(rows, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-    return len(rows), kept
+    return buffer.getvalue().encode("utf-8")
 
 
 # A cell a spreadsheet would read as a formula (`=HYPERLINK(...)` as a file name or a matched
@@ -189,9 +220,3 @@ def write_csv(stream: IO[str], rows: list[dict]) -> None:
 
 def _as_text(value: Any) -> Any:
     return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
-
-
-def _from_text(value: Any) -> Any:
-    """A cell as `_as_text` had it before it quoted a formula."""
-    quoted = isinstance(value, str) and value.startswith("'") and value[1:].startswith(_FORMULA_START)
-    return value[1:] if quoted else value
