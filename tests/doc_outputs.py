@@ -168,8 +168,8 @@ SCENES: dict[str, Scene] = {
     ),
     "scan-notebook": Scene((Step("npu-migrate scan fixtures/notebooks/src/train.ipynb"),)),
     "scan-launch": Scene((Step("npu-migrate scan fixtures/launch/src"),)),
-    "scan-repository": Scene((Step("npu-migrate scan fixtures/training_repo/src", keep=first_per_file(3)),)),
-    "apply-cnn": Scene((Step("npu-migrate apply fixtures/cnn_dp/src --diff", keep=head(34)),)),
+    "scan-repository": Scene((Step("npu-migrate scan fixtures/training_repo/src", keep=first_per_file(5)),)),
+    "apply-cnn": Scene((Step("npu-migrate apply fixtures/cnn_dp/src --diff", keep=head(42)),)),
     "ci-pull-request": Scene(
         (
             Step("npu-migrate scan . --diff-from HEAD --format github", cwd="cnn"),
