@@ -1,17 +1,16 @@
-"""The README's CI recipes, run as the README shows them: the GitHub Actions workflow's and the
-GitLab job's commands in a clone whose branch forked before main changed, with the variables
-those systems set; pre-commit itself, installing this repository at the tag the recipe pins.
-Only the install line is left out: the tool under test is the one installed here."""
+"""The CI recipes of docs/ci.md, run as the page shows them: the GitHub Actions workflow's and
+the GitLab job's commands in a clone whose branch forked before main changed, with the variables
+those systems set; pre-commit itself, installing this repository at the commit the recipe pins.
+Only the install lines are left out: the tool under test is the one installed here; the commit
+they pin is checked to be one of this repository's."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import yaml
@@ -25,12 +24,22 @@ NEW_CUDA = "import torch\n\nz = torch.randn(3).cuda()\n"
 SUGGESTION_ONLY = "import torch\n\n\ndef make(model):\n    return torch.optim.AdamW(model.parameters())\n"
 
 
+RECIPES = ROOT / "docs" / "ci.md"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def readme_yaml(key: str) -> dict:
-    """The README's YAML block that has `key` at its top level."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.DOTALL)
+    """The recipe page's YAML block that has `key` at its top level."""
+    blocks = re.findall(r"```yaml\n(.*?)```", RECIPES.read_text(encoding="utf-8"), re.DOTALL)
     found = [data for data in map(yaml.safe_load, blocks) if isinstance(data, dict) and key in data]
-    assert len(found) == 1, f"one README recipe with {key!r}"
+    assert len(found) == 1, f"one recipe with {key!r} in {RECIPES.name}"
     return found[0]
+
+
+def is_a_commit_here(rev: str) -> bool:
+    """`rev` names a commit of this repository (a fresh clone has it)."""
+    found = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True)
+    return found.returncode == 0
 
 
 def clone_with_a_forked_branch(tmp_path: Path, *added: tuple[str, str]) -> Path:
@@ -166,27 +175,26 @@ def test_the_gitlab_recipe_reports_everything_and_gates_what_a_merge_request_add
 # -- pre-commit ----------------------------------------------------------------------------------
 
 
-def tagged_copy_of_this_repository(tmp_path: Path, tag: str) -> Path:
-    """What the recipe's `repo:` names: this repository's tracked files, committed and tagged."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
-    copy = tmp_path / "npu-migrate"
-    for name in filter(None, listed.stdout.split("\0")):
-        source = ROOT / name
-        if source.is_file() and not name.startswith(("tests/", "fixtures/", "benchmarks/")):
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy / name)
-    git(copy, "init", "-q")
-    git(copy, "add", ".")
-    git(copy, "commit", "-qm", "release")
-    git(copy, "tag", tag)
-    return copy
+def pinned_revs() -> list[str]:
+    """Every commit a recipe pins, in README.md and docs/: pip's `npu-migrate @ git+URL@REV` and
+    pre-commit's `rev:`."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    return re.findall(r"npu-migrate@([^\s\"']+)\"", text) + re.findall(r"^\s*rev: (\S+)", text, re.M)
+
+
+def test_every_recipe_pins_a_commit_of_this_repository() -> None:
+    revs = pinned_revs()
+    assert len(revs) >= 4, "the README's pip line, the two CI jobs' and pre-commit's rev"
+    assert [rev for rev in revs if not is_a_commit_here(rev)] == [], "pin a commit this repository has"
 
 
 def test_the_pre_commit_recipe_runs_under_pre_commit(tmp_path: Path) -> None:
+    """pre-commit installs this repository at the commit the recipe pins, as it does from a
+    clone's remote: `repo:` is this checkout, `rev:` as written."""
     config = readme_yaml("repos")
     (repo,) = config["repos"]
-    assert repo["rev"] == f"v{version('npu-migrate')}", "the recipe pins this release's tag"
-    repo["repo"] = str(tagged_copy_of_this_repository(tmp_path, repo["rev"]))
+    assert is_a_commit_here(repo["rev"]), f"{repo['rev']} is no commit of this repository"
+    repo["repo"] = str(ROOT)
     project = tmp_path / "project"
     project.mkdir()
     (project / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
