@@ -31,6 +31,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cpus + 1
 
 
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests slow_tests.txt names are marked `slow` (the default run leaves them out)."""
+    lines = (line.split("#", 1)[0].strip() for line in SLOW_TESTS.read_text().splitlines())
+    slow = {line for line in lines if line}
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The tests' CLI runs cache their results in a folder of their own, never the user's."""

