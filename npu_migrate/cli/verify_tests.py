@@ -40,13 +40,17 @@ def verify_tests(
         original_copy = work / "original" / copy.folder.name
         copy_tree(copy.tree, original_copy).rename(original_copy)
         original = _side("the original", original_copy, arguments, False, timeout, work / "original.jsonl")
-        common.err.print(f"verify: tests on the original: {original.describe()}", highlight=False)
+        common.err.print(
+            f"verify: tests on the original: {original.describe()}", markup=False, highlight=False
+        )
         if not original.status:
             common.fail(f"no test ran on the original ({command}); pytest said:\n{original.output}")
         migrated = _side(f"the migrated copy ({where})", copy.folder, arguments, emulated, timeout,
                          work / "migrated.jsonl", device)  # fmt: skip
         common.err.print(
-            f"verify: tests on the migrated copy ({where}): {migrated.describe()}", highlight=False
+            f"verify: tests on the migrated copy ({where}): {migrated.describe()}",
+            markup=False,
+            highlight=False,
         )
         comparison = compare(command, original, migrated)
         if bisect and comparison.regressions:
@@ -103,60 +107,57 @@ def _bisect(
 def print_comparison(comparison: SuiteComparison) -> None:
     from npu_migrate.verify.tests import reach_line
 
-    out = common.out
-    out.print(f"reach: {reach_line(comparison.migrated)}", highlight=False)
+    def out(line: str) -> None:  # test ids and messages are the project's text, never markup
+        common.out.print(line, markup=False, highlight=False, emoji=False)
+
+    out(f"reach: {reach_line(comparison.migrated)}")
     for reason, count in comparison.migrated.skip_reasons()[:5]:
         cuda = any(word in reason.lower() for word in ("cuda", "gpu"))
         gate = "; it asks for CUDA GPUs, which an NPU host never has (the scan's NPU854 names such gates)"
-        out.print(
-            f"  skipped on the migrated copy: {count} test(s): {reason}{gate if cuda else ''}",
-            highlight=False,
-        )
+        out(f"  skipped on the migrated copy: {count} test(s): {reason}{gate if cuda else ''}")
     if comparison.regressions:
         count = len(comparison.regressions)
-        out.print(f"FAIL: {count} test(s) passed on the original and fail on the migrated copy:")
+        out(f"FAIL: {count} test(s) passed on the original and fail on the migrated copy:")
         for regression in comparison.regressions:
-            out.print(f"  {regression.test}: {regression.after}: {regression.message}")
+            out(f"  {regression.test}: {regression.after}: {regression.message}")
             if regression.culprit:
-                out.print("    " + regression.culprit.replace("\n", "\n    "))
+                out("    " + regression.culprit.replace("\n", "\n    "))
         unbisected = len(comparison.regressions) - comparison.bisected
         if unbisected and comparison.bisected:
-            out.print(f"  ({unbisected} more not bisected: fix the ones above first)")
+            out(f"  ({unbisected} more not bisected: fix the ones above first)")
     if comparison.not_run:
         count = len(comparison.not_run)
-        out.print(f"FAIL: {count} test(s) passed on the original and did not run on the migrated copy:")
+        out(f"FAIL: {count} test(s) passed on the original and did not run on the migrated copy:")
         for test in comparison.not_run[:20]:
-            out.print(f"  {test}")
+            out(f"  {test}")
     if comparison.migrated.stopped:
-        out.print("FAIL: the migrated copy's tests ran past --timeout and were stopped")
+        out("FAIL: the migrated copy's tests ran past --timeout and were stopped")
     if comparison.skipped:
         count = len(comparison.skipped)
-        out.print(f"note: {count} test(s) passed on the original and are skipped on the migrated copy:")
+        out(f"note: {count} test(s) passed on the original and are skipped on the migrated copy:")
         for change in comparison.skipped[:10]:
-            out.print(f"  {change.test}: {change.message}")
+            out(f"  {change.test}: {change.message}")
     if comparison.newly_failing:
         count = len(comparison.newly_failing)
-        out.print(
+        out(
             f"note: {count} test(s) skipped on the original (they need an accelerator) fail on the "
             "migrated copy:"
         )
         for change in comparison.newly_failing[:10]:
-            out.print(f"  {change.test}: {change.after}: {change.message}")
+            out(f"  {change.test}: {change.after}: {change.message}")
     if comparison.newly_run:
         outcomes: dict[str, int] = {}
         for change in comparison.newly_run:
             outcomes[change.after] = outcomes.get(change.after, 0) + 1
         tally = ", ".join(f"{count} {status}" for status, count in outcomes.items())
         count = len(comparison.newly_run)
-        out.print(f"note: {count} test(s) skipped on the original run on the migrated copy: {tally}")
+        out(f"note: {count} test(s) skipped on the original run on the migrated copy: {tally}")
     if comparison.fixed:
-        out.print(
-            f"note: {len(comparison.fixed)} test(s) failed on the original and pass on the migrated copy"
-        )
+        out(f"note: {len(comparison.fixed)} test(s) failed on the original and pass on the migrated copy")
     if comparison.passed:
         kept = sum(status in ("passed", "xfailed") for status in comparison.original.status.values())
         skipped = f" ({len(comparison.skipped)} of them skipped there)" if comparison.skipped else ""
-        out.print(
+        out(
             f"PASS: none of the {kept} test(s) that passed on the original fails on the migrated "
             f"copy{skipped}"
         )
