@@ -43,6 +43,8 @@ def test_fail_on_chooses_the_least_severe_finding_that_fails(tmp_path: Path) -> 
     assert last_line(default.stderr) == ("exit 1: 3 finding(s) at or above --fail-on warning; 1 " + BELOW)
     error = run_cli("scan", root, "--fail-on", "error", cwd=tmp_path)
     assert last_line(error.stderr) == "exit 1: 2 finding(s) at or above --fail-on error; 2 " + BELOW
+    marked = {line.split(": ")[1].split()[0]: line.endswith(" ✗") for line in error.stdout.splitlines()[:4]}
+    assert marked == {"NPU101": True, "NPU103": True, "NPU808": False, "NPU908": False}  # what fails, marked
     (root / "cuda.py").unlink()
     assert run_cli("scan", root, "--fail-on", "error", cwd=tmp_path).returncode == 0
     info = run_cli("scan", root, "--fail-on", "info", cwd=tmp_path)

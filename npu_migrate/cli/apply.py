@@ -164,7 +164,7 @@ def apply(
     if left:
         kinds = Counter(label(finding) for _, finding in left).most_common()
         console.print(f"Left as it is ({len(left)}: {', '.join(f'{n} {kind}' for kind, n in kinds)}):")
-        print_findings(console, left)
+        print_findings(console, left, chosen.fail_on)
     print_problems(console, summary)
     for name, why in written.not_written.items():
         console.print(f"[red]not written[/] {escape(name)}: {escape(why)}")

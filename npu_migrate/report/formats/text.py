@@ -9,18 +9,22 @@ from rich.table import Table
 from npu_migrate.discover import IGNORED, printable
 from npu_migrate.model import Finding
 from npu_migrate.report.formats import Report
+from npu_migrate.report.gate import FailOn
 from npu_migrate.report.summary import UNUSED_WHY, Summary, all_findings, label, location, message
+
+GATE_MARK = "✗"  # the mark on a finding that fails the gate (at or above --fail-on)
 
 
 def write(console: Console, report: Report) -> None:
-    print_findings(console, all_findings(report.outcomes))
+    print_findings(console, all_findings(report.outcomes), report.fail_on)
     if report.quiet:  # a hook's run, batch after batch: what to fix, nothing else
         print_unread(console, report.summary)
     else:
         print_summary(console, report.summary)
 
 
-def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> None:
+def print_findings(console: Console, findings: list[tuple[str, Finding]], fail_on: FailOn) -> None:
+    """A line per finding; one that fails the gate (at or above --fail-on) ends in a red ✗."""
     for display, finding in findings:
         rule = finding.rule
         where = f"{display}:{location(finding)}"
@@ -30,7 +34,7 @@ def print_findings(console: Console, findings: list[tuple[str, Finding]]) -> Non
             line += f" [green]→ {escape(printable(finding.replacement.splitlines()[0]))}[/]"
         if finding.held:
             line += f" [yellow](fix held back: {escape(finding.held.why)})[/]"
-        console.print(line)
+        console.print(line + (f" [red]{GATE_MARK}[/]" if fail_on.fails(finding) else ""))
 
 
 def print_unread(console: Console, summary: Summary) -> None:
