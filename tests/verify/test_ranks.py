@@ -6,6 +6,11 @@ the parameter (fixtures/verify/ddp, fixtures/verify/fsdp)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,4 +120,23 @@ def test_a_side_past_its_timeout_is_stopped_with_every_rank(tmp_path: Path, npro
     assert f"the original side failed:\nstill running after {timeout} s (--timeout)" in result.stderr
     if nproc == 2:
         assert len(list(ranks.iterdir())) == 2  # both ranks were in the entry when the time was up
+    assert left_running(str(tmp_path)) == []
+
+
+def test_sigterm_stops_verify_with_every_rank(tmp_path: Path) -> None:
+    tree, ranks = tmp_path / "hangs", tmp_path / "ranks"
+    tree.mkdir()
+    ranks.mkdir()
+    (tree / "entry.py").write_text(HANGS)
+    command = [sys.executable, "-m", "npu_migrate", "verify", "--original", str(tree),
+               "--migrated", str(tree), "--entry", "entry.py:build", "--nproc", "2"]  # fmt: skip
+    env = {**os.environ, "RANKS": str(ranks), MARKER: str(tmp_path)}
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(list(ranks.iterdir())) < 2 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    stderr = run.communicate(timeout=300)[1]
+    assert len(list(ranks.iterdir())) == 2, stderr  # both ranks were in the entry
+    assert run.returncode == 143, stderr
     assert left_running(str(tmp_path)) == []
