@@ -15,7 +15,9 @@ __npu_migrate_stand_in_first() {
 }
 
 set -o functrace
-trap '{ __npu_migrate_stand_in_first; } 2>/dev/null' DEBUG
+# "$_" is handed through: bash sets it to the trap's last argument, so it reads as the script left it
+# (`mkdir -p "$dir" && cd "$_"`).
+trap '{ __npu_migrate_stand_in_first "$_"; } 2>/dev/null' DEBUG
 
 if [[ -n "${NPU_MIGRATE_BASH_ENV-}" ]]; then
     . "$NPU_MIGRATE_BASH_ENV"

@@ -131,11 +131,12 @@ def test_a_launch_script_that_sets_path_and_pythonpath_keeps_npu_smi_and_the_sta
     (tmp_path / "launch.sh").write_text(
         "set -eux\nexport PYTHONPATH=/nowhere\nexport PATH=/usr/bin:/bin\n"
         "npu-smi info -l | grep -c 'NPU ID'\n"
+        'mkdir -p made && echo "$_"\n'
         f"{sys.executable} -c 'import sys, torch, torch_npu; print(torch.npu.device_count(), sys.path[2])'\n"
     )
     result = run_cli("run", "--emulate", "--npus", "2", "launch.sh", cwd=tmp_path, timeout=HANG_GUARD)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["2", "2", "/nowhere"]  # the script's own folder stays on the path
+    assert result.stdout.split() == ["2", "made", "2", "/nowhere"]  # the script's folder stays on the path
     assert "__npu_migrate" not in result.stderr  # set -x traces the script's commands, not the emulation's
 
 
