@@ -42,7 +42,10 @@ def interrupt(signum: int, frame: object) -> None:
 
 
 def _kill_now(signum: int, frame: object) -> None:
+    from npu_migrate.processes import end_descendants  # here: scan and apply start no other process
+
     stop_workers()
+    end_descendants()  # what run and verify started, where the first signal's unwinding has not got to it
     os._exit(128 + signum)
 
 
@@ -70,12 +73,11 @@ def ignore_in_worker() -> None:
     """A worker process: a signal to its process group (Ctrl-C in a terminal) is its parent's;
     and where the parent is killed outright (SIGKILL, out of memory), the worker dies with it
     (Linux's parent-death signal) instead of running on, orphaned."""
-    import ctypes
+    from npu_migrate.processes import prctl
 
     for each in (signal.SIGINT, signal.SIGTERM):
         signal.signal(each, signal.SIG_IGN)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the C library's, in this process
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

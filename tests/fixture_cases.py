@@ -5,6 +5,7 @@ a deliberate behaviour change; review the diff before committing it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,16 +27,44 @@ def outside_ci() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in CI_ROOTS}
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The installed console entry point, as a user runs it (outside CI unless `env` says so)."""
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed console entry point, as a user runs it (outside CI unless `env` says so);
+    `timeout`: a hang guard."""
     return subprocess.run(
         [sys.executable, "-m", "npu_migrate", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         env={**outside_ci(), "COLUMNS": "200", **(env or {})},
+        timeout=timeout,
         check=False,
     )
+
+
+MARKER = "NPU_MIGRATE_TEST_RUN"  # in the environment of a run whose processes a test looks for
+
+
+def left_running(marker: str) -> list[str]:
+    """The processes still running whose environment holds MARKER=`marker` (a run's, and every
+    process it started), after ten seconds' grace to go, by their command lines; each is then
+    killed, so that a failing test leaves none behind."""
+    import psutil
+
+    marked = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(MARKER) == marker:
+                marked.append(process)
+    _, alive = psutil.wait_procs(marked, timeout=10)
+    left = []
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.cmdline()))
+            process.kill()
+    return left
 
 
 def scan_json(name: str) -> dict:

@@ -58,3 +58,20 @@ def test_verify_refuses_thresholds_that_decide_nothing(tmp_path, options):
     assert ran.returncode == 2, ran.stdout + ran.stderr
     assert "a threshold must be a finite number" in " ".join(ran.stderr.split())
     assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [(["--timeout", "nan"], "--timeout nan: a time limit must be a finite number"),
+     (["--timeout", "inf"], "--timeout inf: a time limit must be a finite number"),
+     (["--max-side-memory", "nan"], "--max-side-memory nan: a memory cap must be a finite number")],
+)  # fmt: skip
+def test_verify_refuses_a_time_limit_or_memory_cap_that_is_no_number(tmp_path, options, words):
+    """NaN passes the options' range checks (it compares false with their bounds): it was an
+    internal error once the side started."""
+    ran = run_cli(
+        "verify", "--original", str(GPT / "original"), "--migrated", str(GPT / "migrated"),
+        "--entry", "entry.py:build", *options, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert ran.stderr == f"error: {words}\n"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npu_migrate import processes
 from npu_migrate.cli import common, forecasting
 from npu_migrate.forecast import kernels
 
@@ -36,7 +37,7 @@ def run(
         typer.Option(
             "--npus",
             min=1,
-            help="How many NPUs the emulated host has (what torch.npu.device_count(), npu-smi and "
+            help="How many NPUs the emulated host has, 1 to 16 (what torch.npu.device_count(), npu-smi and "
             "launchers such as deepspeed see); default: one per rank torchrun starts, else one.",
             show_default=False,
         ),
@@ -68,6 +69,7 @@ def run(
     if path.is_dir():
         common.fail(f"{script} is a folder; give the script to run")
     try:
+        from npu_migrate.emulation import MAX_NPUS
         from npu_migrate.emulation.runner import (
             emulate_the_host,
             guards_reported,
@@ -85,6 +87,8 @@ def run(
         _needs_torch()
     if npus is not None and not emulate:
         common.fail("--npus sets the emulated host's NPUs: it needs the emulation (--emulate)")
+    if npus is not None and npus > MAX_NPUS:
+        common.fail(f"--npus {npus}: an Ascend host holds at most {MAX_NPUS} NPUs")
     wanted = None
     if forecast or forecast_json is not None or forecast_html is not None:
         wanted = forecasting.request(emulate, torch_npu, chip, card_memory, forecast_json, forecast_html)
@@ -94,6 +98,7 @@ def run(
     if emulate:
         emulate_the_host(npus)
     with (
+        processes.contained(),
         guards_reported(Path.cwd()) if emulate else contextlib.nullcontext(),
         _recorded(wanted) if wanted is not None else contextlib.nullcontext(),
     ):

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from npu_migrate import processes
 from npu_migrate.cli import common, forecasting
 from npu_migrate.cli.apply import enabled_fixes
 from npu_migrate.discover import DEFAULT_MAX_BYTES
@@ -179,6 +180,8 @@ def verify(
     }  # fmt: skip
     for option, value in thresholds.items():
         _finite(option, value)
+    _finite("--timeout", timeout, "a time limit")
+    _finite("--max-side-memory", max_side_memory, "a memory cap")
     if tests is not None:
         _verify_tests(
             tree, tests, unsafe, rules, emulate, timeout, bisect, json_path, html_path, tests_device
@@ -202,6 +205,7 @@ def verify(
         common.fail(f"--dump {dump}: msprobe reads only paths of letters, digits and _.:/-")
     chosen = _stand_ins(stand_in or [])
     with contextlib.ExitStack() as stack:
+        stack.enter_context(processes.contained())
         copy = None
         if tree is not None:
             copy = _migrated_copy(tree, unsafe, rules, stack)
@@ -296,6 +300,7 @@ def _verify_tests(
     if tree is None:
         common.fail("--tests needs TREE: the project to migrate into a copy and test")
     with contextlib.ExitStack() as stack:
+        stack.enter_context(processes.contained())
         copy = _migrated_copy(tree, unsafe, rules, stack)
         common.err.print(f"verify: {copy.summary()}", highlight=False, soft_wrap=True)
         comparison = verify_tests(copy, command, emulate, timeout, bisect, device)
@@ -370,11 +375,12 @@ def _dtype_tolerances(given: list[str]) -> dict[str, float]:
     return tolerances
 
 
-def _finite(option: str, value: float | None) -> None:
-    """A threshold that can decide a verdict: NaN compares false with everything (a shifted
-    output would pass) and an infinite one lets anything through."""
+def _finite(option: str, value: float | None, what: str = "a threshold") -> None:
+    """A number the run goes by: NaN passes the options' range checks and compares false with
+    everything (a shifted output would pass a threshold), an infinite one lets anything through
+    (and neither is a number of seconds or bytes)."""
     if value is not None and not math.isfinite(value):
-        common.fail(f"{option} {value}: a threshold must be a finite number")
+        common.fail(f"{option} {value}: {what} must be a finite number")
 
 
 @dataclass

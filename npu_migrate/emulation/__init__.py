@@ -18,6 +18,10 @@ BACKING_VARIABLE = "NPU_MIGRATE_BACKING"  # cpu, cuda or cuda:N; default: cuda i
 NPUS_VARIABLE = "NPU_MIGRATE_NPUS"  # how many NPUs the emulated host has (`run --emulate --npus N`)
 TRITON_VARIABLE = "NPU_MIGRATE_TRITON_ASCEND"  # 1: the emulated host has triton-ascend (Inductor on the NPU)
 BIN = Path(__file__).parent / "bin"  # the emulated host's tools (npu-smi), first on a launcher's PATH
+PYTHON_VARIABLE = "NPU_MIGRATE_PYTHON"  # the interpreter the host's tools run on, whatever PATH says
+HOST_BASH = Path(__file__).parent / "host.bash"  # every bash of the run reads it first (BASH_ENV)
+BASH_ENV_VARIABLE = "NPU_MIGRATE_BASH_ENV"  # the BASH_ENV the run started with, read after HOST_BASH
+MAX_NPUS = 16  # the most NPUs an Ascend host holds (Atlas 900 A3: 16 chips)
 
 _announced = False
 

@@ -16,7 +16,16 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from npu_migrate.emulation import BIN, NPUS_VARIABLE, guards, use_site
+from npu_migrate.emulation import (
+    BASH_ENV_VARIABLE,
+    BIN,
+    HOST_BASH,
+    NPUS_VARIABLE,
+    PYTHON_VARIABLE,
+    guards,
+    use_site,
+)
+from npu_migrate.processes import shell_status, stop
 
 
 def real_torch_npu_imports() -> bool:
@@ -54,9 +63,14 @@ def search_path(emulate: bool) -> str:
 def emulate_the_host(npus: int | None) -> None:
     """This process and every process it starts run on the emulated host: they find the stand-in
     torch_npu (PYTHONPATH), the host's tools and this environment's launchers (search_path), and
-    `npus` NPUs where it is given (else emulation.host_npus decides)."""
+    `npus` NPUs where it is given (else emulation.host_npus decides). A launch script that sets
+    PATH or PYTHONPATH outright keeps npu-smi and the stand-in (host.bash, which bash reads first)."""
     use_site()
     os.environ["PATH"] = search_path(emulate=True)
+    os.environ[PYTHON_VARIABLE] = sys.executable
+    if os.environ.get("BASH_ENV", str(HOST_BASH)) != str(HOST_BASH):
+        os.environ[BASH_ENV_VARIABLE] = os.environ["BASH_ENV"]
+    os.environ["BASH_ENV"] = str(HOST_BASH)
     if npus is not None:
         os.environ[NPUS_VARIABLE] = str(npus)
 
@@ -92,7 +106,11 @@ def run_command(argv: list[str]) -> int:
         argv = ["bash", *argv]
     elif path.is_file() and path.parent == Path("."):
         argv = [f".{os.sep}{path}", *argv[1:]]
-    return subprocess.run(argv, check=False).returncode
+    launcher = subprocess.Popen(argv)
+    try:
+        return shell_status(launcher.wait())
+    finally:
+        stop(launcher)  # what it leaves running: ranks in sessions of their own, daemons
 
 
 def run_script(script: Path, args: list[str], emulate: bool) -> int:

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from npu_migrate.processes import stop
 from npu_migrate.verify import ranks, stand_ins
 from npu_migrate.verify.compare import Comparison, compare_runs, same_hardware, step_limits
-from npu_migrate.verify.processes import stop
 from npu_migrate.verify.protocol import SideReport, SideRequest, WeightSource
 from npu_migrate.verify.side import EXIT_TOOL_ERROR
 from npu_migrate.verify.tensors import Thresholds

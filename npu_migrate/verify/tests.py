@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from npu_migrate.processes import stop
 from npu_migrate.verify.outcomes_plugin import DEFAULT_DEVICE, ONLY, OUTCOMES
-from npu_migrate.verify.processes import stop
 
 # The worst outcome of a test's phases wins: a teardown error after a passed call is an error.
 _RANK = {"passed": 0, "xfailed": 0, "skipped": 1, "xpassed": 2, "failed": 3, "error": 4}

@@ -6,12 +6,17 @@ the parameter (fixtures/verify/ddp, fixtures/verify/fsdp)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from npu_migrate.verify.ranks import unwrapped
-from tests.fixture_cases import run_cli
+from tests.fixture_cases import MARKER, left_running, run_cli
 from tests.verify.test_verify import CASES, pair, verify
 
 pytest.importorskip("torch")
@@ -85,3 +90,53 @@ def test_names_are_the_models_own_under_any_wrapper() -> None:
     assert unwrapped("_fsdp_wrapped_module.blocks.0._fsdp_wrapped_module.up.weight") == "blocks.0.up.weight"
     assert unwrapped("module") == "" and unwrapped("blocks.0._fsdp_wrapped_module") == "blocks.0"
     assert unwrapped("encoder.module.weight") == "encoder.module.weight"  # a user's own `module`
+
+
+# An entry whose ranks hang where the trainer builds its model, each saying it got there.
+HANGS = """import os, pathlib, time
+
+
+def build():
+    pathlib.Path(os.environ["RANKS"], str(os.getpid())).touch()
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(("nproc", "timeout"), [(2, "60"), (20, "8")])
+def test_a_side_past_its_timeout_is_stopped_with_every_rank(tmp_path: Path, nproc: int, timeout: str) -> None:
+    """--timeout bounds the side however many ranks it has: torchrun starts each rank in a session
+    of its own, which stopping torchrun's process group left running (and holding verify's pipes,
+    so that verify waited for them)."""
+    tree, ranks = tmp_path / "hangs", tmp_path / "ranks"
+    tree.mkdir()
+    ranks.mkdir()
+    (tree / "entry.py").write_text(HANGS)
+    result = run_cli(
+        "verify", "--original", str(tree), "--migrated", str(tree), "--entry", "entry.py:build",
+        "--nproc", str(nproc), "--timeout", timeout, cwd=tmp_path,
+        env={"RANKS": str(ranks), MARKER: str(tmp_path)}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"the original side failed:\nstill running after {timeout} s (--timeout)" in result.stderr
+    if nproc == 2:
+        assert len(list(ranks.iterdir())) == 2  # both ranks were in the entry when the time was up
+    assert left_running(str(tmp_path)) == []
+
+
+def test_sigterm_stops_verify_with_every_rank(tmp_path: Path) -> None:
+    tree, ranks = tmp_path / "hangs", tmp_path / "ranks"
+    tree.mkdir()
+    ranks.mkdir()
+    (tree / "entry.py").write_text(HANGS)
+    command = [sys.executable, "-m", "npu_migrate", "verify", "--original", str(tree),
+               "--migrated", str(tree), "--entry", "entry.py:build", "--nproc", "2"]  # fmt: skip
+    env = {**os.environ, "RANKS": str(ranks), MARKER: str(tmp_path)}
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(list(ranks.iterdir())) < 2 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    stderr = run.communicate(timeout=300)[1]
+    assert len(list(ranks.iterdir())) == 2, stderr  # both ranks were in the entry
+    assert run.returncode == 143, stderr
+    assert left_running(str(tmp_path)) == []

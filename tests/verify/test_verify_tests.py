@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from npu_migrate.verify.tests import NotPytest, SuiteRun, compare, pytest_arguments
-from tests.fixture_cases import FIXTURES, run_cli
+from tests.fixture_cases import FIXTURES, MARKER, left_running, run_cli
 
 # A user rule that breaks the program (torch.zeros -> torch.ones): the bisection must name it.
 BAD_RULE = """category: house
@@ -106,6 +106,28 @@ def test_a_side_past_its_time_limit_is_stopped_and_fails(tmp_path: Path) -> None
     result = run_cli("verify", str(root), "--tests", "pytest -q tests", "--timeout", "8", cwd=tmp_path)
     assert result.returncode != 0
     assert "stopped at the time limit" in result.stderr
+
+
+def test_a_side_past_its_time_limit_is_stopped_with_every_process_its_tests_started(tmp_path: Path) -> None:
+    """A test that starts a process in a session of its own (as torchrun starts its ranks) and
+    hangs: stopping pytest's process group left that process running, and verify waiting for it."""
+    root = project(tmp_path)
+    (root / "tests" / "test_hangs.py").write_text(
+        "import os, subprocess, sys, time\nfrom pathlib import Path\n\n\ndef test_hangs():\n"
+        "    sleep = [sys.executable, '-c', 'import time; time.sleep(600)']\n"
+        "    subprocess.Popen(sleep, start_new_session=True)\n"
+        "    Path(os.environ['STARTED']).touch()\n"
+        "    time.sleep(600)\n"
+    )
+    started = tmp_path / "started"
+    result = run_cli(
+        "verify", str(root), "--tests", "pytest -q tests -k hangs", "--timeout", "30", cwd=tmp_path,
+        env={"STARTED": str(started), MARKER: str(tmp_path)}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "(stopped at the time limit)" in result.stderr
+    assert started.exists()
+    assert left_running(str(tmp_path)) == []
 
 
 def test_bad_test_commands_get_one_line_errors(tmp_path: Path) -> None:
