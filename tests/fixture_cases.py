@@ -48,7 +48,7 @@ MARKER = "NPU_MIGRATE_TEST_RUN"  # in the environment of a run whose processes a
 
 def left_running(marker: str) -> list[str]:
     """The processes still running whose environment holds MARKER=`marker` (a run's, and every
-    process it started), after ten seconds' grace to go, by their command lines; each is then
+    process it started), after a minute's grace to go, by their command lines; each is then
     killed, so that a failing test leaves none behind."""
     import psutil
 
@@ -57,7 +57,7 @@ def left_running(marker: str) -> list[str]:
         with contextlib.suppress(psutil.Error):
             if process.environ().get(MARKER) == marker:
                 marked.append(process)
-    _, alive = psutil.wait_procs(marked, timeout=10)
+    _, alive = psutil.wait_procs(marked, timeout=60)
     left = []
     for process in alive:
         with contextlib.suppress(psutil.Error):
