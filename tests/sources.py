@@ -5,6 +5,7 @@ leave their tests out are exported from a git mirror at a pinned commit (Snapsho
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -293,20 +294,57 @@ def installed(release: Release, needs: tuple[str, ...], env: dict[str, str]) -> 
     return target
 
 
+@functools.cache
 def fetch(release: Release) -> Path:
-    """The release's folder, downloaded and unpacked on first use."""
+    """The release's folder, downloaded and unpacked on first use, and checked once a process
+    against its archive (kept beside it and checked against the pinned sha256): a cached tree
+    someone changed or emptied is unpacked again, never trusted."""
     target = CACHE / release.name.removesuffix(".tar.gz").removesuffix(".whl")
-    if not target.is_dir():
+    archive = CACHE / f"{release.name}.archive"
+    if not (archive.is_file() and _sha256(archive) == release.sha256):
         CACHE.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
-            archive = Path(scratch) / release.name
-            with urllib.request.urlopen(release.url, timeout=120) as response, archive.open("wb") as out:
+            download = Path(scratch) / release.name
+            with urllib.request.urlopen(release.url, timeout=120) as response, download.open("wb") as out:
                 shutil.copyfileobj(response, out)
-            digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-            if digest != release.sha256:
+            if (digest := _sha256(download)) != release.sha256:
                 raise RuntimeError(f"{release.url}: sha256 {digest}, expected {release.sha256}")
-            _unpack(archive, target)
+            download.replace(archive)
+    if not (target.is_dir() and _holds(target, archive)):
+        with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+            if target.exists():  # changed since it was unpacked: set aside, then gone
+                target.rename(Path(scratch) / "changed")
+            shutil.copy(archive, Path(scratch) / release.name)
+            _unpack(Path(scratch) / release.name, target)
     return target / release.package
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _holds(target: Path, archive: Path) -> bool:
+    """Whether the unpacked tree holds exactly the archive's files, byte for byte (Python's own
+    bytecode caches aside)."""
+    members = _members(archive)
+    on_disk = {
+        path.relative_to(target).as_posix()
+        for path in target.rglob("*")
+        if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts
+    }
+    if on_disk != set(members):
+        return False
+    return all((target / name).read_bytes() == data for name, data in members.items())
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    """The archive's regular files by path, as `_unpack` writes them."""
+    if archive.name.endswith(".whl.archive"):
+        with zipfile.ZipFile(archive) as wheel:
+            return {i.filename: wheel.read(i) for i in wheel.infolist() if not i.is_dir()}
+    with tarfile.open(archive) as tar:
+        files = [m for m in tar.getmembers() if m.isfile()]
+        return {m.name: tar.extractfile(m).read() for m in files}  # type: ignore[union-attr]
 
 
 def _unpack(archive: Path, target: Path) -> None:
