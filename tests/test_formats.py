@@ -9,6 +9,9 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import ROOT
 from tests.fixture_cases import run_cli
 from tests.test_cli import CUDA_FILE, project
 
@@ -157,3 +160,40 @@ def test_sarif_validates_against_the_published_schema(tmp_path: Path) -> None:
     jsonschema.validate(log, schema)
     notification = log["runs"][0]["invocations"][0]["toolExecutionNotifications"][0]
     assert notification["message"]["text"].startswith("broken.py: ")
+
+
+def test_sarif_links_the_tool_and_each_rule_to_their_docs(tmp_path: Path) -> None:
+    """Code scanning shows a rule's helpUri as its link: the rule's heading in docs/rules.md of
+    the version installed (this checkout's, installed editable, as a file URI)."""
+    root = project(tmp_path, {"cuda.py": CUDA_FILE})
+    _, out, _ = scan(root, "--format", "sarif")
+    driver = json.loads(out)["runs"][0]["tool"]["driver"]
+    assert driver["informationUri"] == ROOT.as_uri()
+    for rule in driver["rules"]:
+        page, anchor = rule["helpUri"].split("#")
+        assert page == (ROOT / "docs" / "rules.md").as_uri()
+        heading = f"### {rule['id']} {rule['name']}"
+        assert heading in (ROOT / "docs" / "rules.md").read_text() and anchor == heading[4:].lower().replace(
+            " ", "-"
+        )
+
+
+def test_sarif_links_an_install_from_git_to_its_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip's record of `pip install "npu-migrate @ git+https://host/npu-migrate@REV"` (PEP 610)."""
+    import importlib.metadata
+
+    from npu_migrate.report.formats import sarif
+
+    recorded = {"url": "https://host/npu-migrate.git", "vcs_info": {"vcs": "git", "commit_id": "ab12"}}
+
+    class Installed:
+        def read_text(self, name: str) -> str:
+            return json.dumps(recorded) if name == "direct_url.json" else ""
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    assert sarif.installed_from() == sarif.Home(
+        "https://host/npu-migrate", "https://host/npu-migrate/blob/ab12/docs"
+    )
+    recorded.pop("vcs_info")
+    recorded["archive_info"] = {}  # a wheel file: no page with the docs
+    assert sarif.installed_from() is None

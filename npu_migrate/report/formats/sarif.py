@@ -6,6 +6,7 @@ named `%SRCROOT%` in `originalUriBaseIds`, whichever folder the scan ran from.""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -32,7 +33,8 @@ def write(console: Console, report: Report) -> None:
         for o in report.outcomes
         for f in o.result.findings
     ]
-    rules = [_rule(code, report) for code in codes]
+    home = installed_from()
+    rules = [_rule(code, report, home) for code in codes]
     if report.summary.unused_suppressions:  # hygiene, a note: a rule of the tool's own
         rules.append({"id": UNUSED, "shortDescription": {"text": UNUSED_WHY}})
         results += [
@@ -61,6 +63,7 @@ def write(console: Console, report: Report) -> None:
                     "driver": {
                         "name": "npu-migrate",
                         "version": version("npu-migrate"),
+                        **({"informationUri": home.page} if home else {}),
                         "rules": rules,
                     }
                 },
@@ -88,14 +91,47 @@ def write(console: Console, report: Report) -> None:
     console.file.write(json.dumps(log, indent=2, ensure_ascii=False) + "\n")
 
 
-def _rule(code: str, report: Report) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Home:
+    """Where this npu-migrate was installed from: its repository's page (or the checkout, as a
+    file URI), and where that version's docs folder is."""
+
+    page: str
+    docs: str
+
+
+def installed_from() -> Home | None:
+    """This installation's source, as pip recorded it (PEP 610's direct_url.json): a git URL and
+    the commit it was installed at (the recipes' `git+https://...@REV`), or a local checkout;
+    None for an install from an index or an archive, which names no page with the docs."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        recorded = json.loads(distribution("npu-migrate").read_text("direct_url.json") or "null")
+    except (PackageNotFoundError, ValueError):
+        return None
+    url = recorded.get("url") if isinstance(recorded, dict) else None
+    if not isinstance(url, str):
+        return None
+    vcs = recorded.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
+        page = url.removesuffix(".git")
+        return Home(page, f"{page}/blob/{vcs['commit_id']}/docs")
+    if "dir_info" in recorded:
+        return Home(url, f"{url}/docs")
+    return None
+
+
+def _rule(code: str, report: Report, home: Home | None) -> dict[str, Any]:
     rule = report.rules().get(code)
     if rule is None:  # a rule that is no longer loaded: its code alone
         return {"id": code}
     from npu_migrate.rules.docs import rule_page
 
+    anchor = f"{rule.code}-{rule.name}".lower()  # its heading in docs/rules.md, `### CODE name`
     return {
         "id": code,
+        **({"helpUri": f"{home.docs}/rules.md#{anchor}"} if home else {}),
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
         "fullDescription": {"text": rule.why.strip()},
