@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import re
 from pathlib import Path, PurePath
@@ -137,28 +136,7 @@ def _load(path: Path, display: str, root: Path | None, max_bytes: int) -> Source
         return SourceFile(path, display, skipped=reason)
     if b"\0" in data[:8192]:
         return SourceFile(path, display, skipped="binary file")
-    if path.suffix == ".ipynb" and (language := notebook_language(data)) is not None:
-        return SourceFile(path, display, skipped=f"a notebook in {printable(language)}, not Python")
     return SourceFile(path, display, data=data, stat=stat, module=module_of(path))
-
-
-def notebook_language(data: bytes) -> str | None:
-    """The language a notebook's kernel runs where it is not Python (an R or Julia notebook's
-    code is no Python to read or rewrite), from its metadata; None for Python, or where the
-    notebook does not say (or is no notebook: its handler says why)."""
-    try:
-        metadata = json.loads(data).get("metadata")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    if not isinstance(metadata, dict):
-        return None
-    named = [
-        table.get(key)
-        for table, key in ((metadata.get("language_info"), "name"), (metadata.get("kernelspec"), "language"))
-        if isinstance(table, dict)
-    ]
-    language = next((name for name in named if isinstance(name, str) and name.strip()), None)
-    return None if language is None or language.strip().lower() in ("python", "python3") else language.strip()
 
 
 def module_of(path: Path) -> ModulePath:

@@ -123,6 +123,7 @@ class FileResult:
     new_source: bytes | None = None  # None: unchanged
     error: str | None = None  # why the file was not read (not parsed, or the tool failed on it)
     tool_failed: bool = False  # the error is the tool's or a rule's (a fix that breaks code), not the input's
+    skipped: str | None = None  # the handler's reason to leave the file unread (a notebook in R)
 
     @classmethod
     def undecodable(cls, data: bytes, exc: UnicodeDecodeError) -> FileResult:
@@ -162,6 +163,7 @@ class FileResult:
             cuda_comparisons=[(name, line, text) for name, line, text in data["cuda_comparisons"]],
             new_source=None if new_source is None else new_source.encode("latin-1"),
             error=data["error"],
+            skipped=data["skipped"],
         )
 
 

@@ -143,7 +143,16 @@ def run_rules(
         from npu_migrate.handlers.operator_links import link_operators  # (no engine on a warm run)
 
         outcomes = link_operators(outcomes, source.index)  # custom operators
-    return [FileOutcome(file, outcome.result) for file, outcome in zip(given, outcomes, strict=True)]
+    return [_as_read(file, outcome.result) for file, outcome in zip(given, outcomes, strict=True)]
+
+
+def _as_read(file: SourceFile, result: FileResult) -> FileOutcome:
+    """The file with its result; one its handler left unread (a notebook in R, which only its
+    metadata tells, decided by the handler so that a warm run reads it from the cache) is
+    reported as skipped, as discovery's skips are."""
+    if result.skipped is None:
+        return FileOutcome(file, result)
+    return FileOutcome(replace(file, data=None, skipped=result.skipped), FileResult())
 
 
 def _run_facts(

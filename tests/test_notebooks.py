@@ -197,3 +197,7 @@ def test_a_notebook_in_r_or_julia_is_skipped_as_such_not_read_as_python(tmp_path
     after = {p.name: p.read_bytes() for p in tmp_path.glob("*.ipynb")}
     assert after["r.ipynb"] == before["r.ipynb"] and after["jl.ipynb"] == before["jl.ipynb"]
     assert b"x.npu()" in after["py.ipynb"]
+    for _ in ("cold", "warm"):  # the second scan reads the handler's decision from the result cache
+        scanned = run_cli("scan", tmp_path, cwd=tmp_path)
+        assert "r.ipynb: a notebook in R, not Python" in scanned.stdout + scanned.stderr
+        assert "jl.ipynb: a notebook in julia, not Python" in scanned.stdout + scanned.stderr

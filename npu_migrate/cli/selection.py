@@ -123,8 +123,10 @@ def run_selected(
     outcomes: dict[int, FileOutcome] = {}
     for (extra, select, ignore), members in groups.items():
         source = RuleSource(list(extra), select=select, ignore=ignore)
-        for outcome in common.run(members, source, enabled, jobs, use_cache):
-            outcomes[id(outcome.file)] = outcome
+        for member, outcome in zip(
+            members, common.run(members, source, enabled, jobs, use_cache), strict=True
+        ):
+            outcomes[id(member)] = outcome  # (a file its handler skipped comes back a new SourceFile)
     return [outcomes[id(f)] for f in kept]
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from npu_migrate.discover import printable
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.handlers.notebook_shell import migrate_magics, shell_view
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Finding, Hold, ModulePath
@@ -41,6 +42,8 @@ def migrate_notebook(
         notebook = _notebook(data)
     except NotANotebook as exc:
         return FileResult(error=f"not a notebook: {exc}")
+    if (language := _language(notebook)) is not None:
+        return FileResult(skipped=f"a notebook in {printable(language)}, not Python")
     cells = notebook["cells"]
     code, starts, magics, views = _module(cells)
     if not starts:
@@ -94,6 +97,22 @@ def _in_cell(f: Finding, module_line: dict[int, int], starts: dict[int, int]) ->
 
 class NotANotebook(Exception):
     """The file is not a notebook as nbformat lays one out; the message says where, in a line."""
+
+
+def _language(notebook: dict[str, Any]) -> str | None:
+    """The language a notebook's kernel runs where it is not Python (an R or Julia notebook's
+    code is no Python to read or rewrite), from its metadata; None for Python, or where the
+    notebook does not say."""
+    metadata = notebook.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    named = [
+        table.get(key)
+        for table, key in ((metadata.get("language_info"), "name"), (metadata.get("kernelspec"), "language"))
+        if isinstance(table, dict)
+    ]
+    language = next((name for name in named if isinstance(name, str) and name.strip()), None)
+    return None if language is None or language.strip().lower() in ("python", "python3") else language.strip()
 
 
 def _notebook(data: bytes) -> dict[str, Any]:
