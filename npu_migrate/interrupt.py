@@ -1,6 +1,7 @@
-"""Stopping on Ctrl-C or SIGTERM: the first signal unwinds the run (workers stopped, files left
-either untouched or completely rewritten); a second one, while that is under way, ends the
-process and every worker at once. Workers ignore both: only the parent decides."""
+"""Stopping on Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the first signal unwinds the run
+(workers stopped, files left either untouched or completely rewritten); a second one, while that
+is under way, ends the process and every worker at once. Workers ignore them: only the parent
+decides."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
+
+# The signals that stop a run (the terminal's hangup too: left to its default, it would end the
+# run at once and leave the ranks it started, in sessions of their own, running)
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(BaseException):
@@ -36,7 +41,7 @@ def leaving(state: str) -> Iterator[None]:
 
 def interrupt(signum: int, frame: object) -> None:
     """The first signal: unwind. From now on another one kills at once."""
-    for each in (signal.SIGINT, signal.SIGTERM):
+    for each in STOPPING:
         signal.signal(each, _kill_now)
     raise Interrupted(signum)
 
@@ -53,7 +58,7 @@ def exit_now(code: int) -> NoReturn:
     """All is said and the exit code chosen: end without the interpreter's shutdown, where a
     signal would kill the process by the signal (CPython puts the default action back for the
     handlers it set) and the process pool's exit hook can race its own closing pipes."""
-    for each in (signal.SIGINT, signal.SIGTERM):
+    for each in STOPPING:
         signal.signal(each, signal.SIG_IGN)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
@@ -75,7 +80,7 @@ def ignore_in_worker() -> None:
     (Linux's parent-death signal) instead of running on, orphaned."""
     from npu_migrate.processes import prctl
 
-    for each in (signal.SIGINT, signal.SIGTERM):
+    for each in STOPPING:
         signal.signal(each, signal.SIG_IGN)
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

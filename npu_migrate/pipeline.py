@@ -398,7 +398,7 @@ def _supervise(
     pool = ProcessPoolExecutor(width, initializer=_start_worker, initargs=(rules, enabled, memory))
     try:
         crashed = _share(pool, files, batch, width, results, advance)
-    except BaseException:  # Ctrl-C or SIGTERM (interrupt.Interrupted): the workers ignore it
+    except BaseException:  # Ctrl-C, SIGTERM or SIGHUP (interrupt.Interrupted): the workers ignore it
         stop_workers()
         pool.shutdown(wait=False, cancel_futures=True)
         raise

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from npu_migrate.interrupt import STOPPING
+
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _SETTLE_SECONDS = 10.0  # how long a signalled process may take to stop or go (one in uninterruptible sleep)
 _STOPPED_STATES = frozenset("TtZX")  # /proc's states of a process that runs no more
@@ -63,7 +65,7 @@ def shell_status(returncode: int) -> int:
 
 def end_descendants(spare: int | None = None) -> None:
     """Kill every descendant of this process and reap those that are (or became, orphaned) its
-    children, but `spare` (a child whose Popen reaps it). SIGINT and SIGTERM wait until it is
+    children, but `spare` (a child whose Popen reaps it). The signals that stop a run wait until it is
     done: an interruption halfway would leave processes stopped, not killed."""
     with _signals_deferred():
         doomed = _frozen()
@@ -75,13 +77,13 @@ def end_descendants(spare: int | None = None) -> None:
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM arriving inside the block take effect once it is done, through the
+    """The signals that stop a run, arriving inside the block, take effect once it is done, through the
     handlers they had (the main thread's to change; elsewhere they are left alone)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     arrived: list[int] = []
-    handlers = {each: signal.getsignal(each) for each in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {each: signal.getsignal(each) for each in STOPPING}
     for each, handler in handlers.items():
         if handler is not None:  # None: a handler set outside Python, which cannot be put back
             signal.signal(each, lambda signum, frame: arrived.append(signum))

@@ -12,7 +12,7 @@ import typer.core
 from rich.markup import escape
 
 from npu_migrate.cli import apply, common, rules, run, scan, verify
-from npu_migrate.interrupt import Interrupted, exit_now, interrupt
+from npu_migrate.interrupt import STOPPING, Interrupted, exit_now, interrupt
 
 app = typer.Typer(
     help="Move PyTorch CUDA code to Ascend NPUs: scan an inventory, apply the rewrite, run and verify "
@@ -55,10 +55,11 @@ app.add_typer(rules_app, name="rules")
 
 
 def main() -> None:
-    """The console entry point: an interrupted run (Ctrl-C, or SIGTERM from `timeout` or a CI
-    runner) stops its workers and says what state it left, exit 130 or 143; a bug in the tool is
-    one line and exit 2, never a traceback with the 'findings' exit code 1."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    """The console entry point: an interrupted run (Ctrl-C, SIGTERM from `timeout` or a CI
+    runner, SIGHUP from a closed terminal) stops its workers and says what state it left, exit
+    130, 143 or 129; a bug in the tool is one line and exit 2, never a traceback with the
+    'findings' exit code 1."""
+    for signum in STOPPING:
         signal.signal(signum, interrupt)
     try:
         app(prog_name="npu-migrate")

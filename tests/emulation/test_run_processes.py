@@ -1,7 +1,7 @@
-"""`run --emulate` ends with every process it started, however it ends: SIGTERM while torchrun's
-ranks (each in a session of its own) run or while torchrun starts them, Ctrl-C twice, a daemon the
-script leaves behind, ranks that ignore the signals that stop a run; and it exits as a shell
-would, 128 + the signal that killed the launcher. A launch script that sets PATH or PYTHONPATH
+"""`run --emulate` ends with every process it started, however it ends: SIGTERM or SIGHUP while
+torchrun's ranks (each in a session of its own) run or while torchrun starts them, Ctrl-C twice, a
+daemon the script leaves behind, ranks that ignore the signals that stop a run; and it exits as a
+shell would, 128 + the signal that killed the launcher. A launch script that sets PATH or PYTHONPATH
 outright keeps the emulated host's npu-smi and the stand-in torch_npu; --npus is an Ascend host's
 count at most."""
 
@@ -22,7 +22,7 @@ HANG_GUARD = 300  # seconds: a run that never ends fails the test instead of han
 
 # A rank that ignores the signals that stop a run, and says it started (a file named by its pid).
 RANK = """import os, pathlib, signal, sys, time
-for each in (signal.SIGINT, signal.SIGTERM):
+for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(each, signal.SIG_IGN)
 pathlib.Path(sys.argv[1], str(os.getpid())).touch()
 time.sleep(600)
@@ -62,13 +62,17 @@ def ended(run: subprocess.Popen[str]) -> str:
 TORCHRUN = "touch started\ntorchrun --standalone --nproc_per_node=2 rank.py ranks\n"
 
 
-def test_sigterm_ends_the_ranks_torchrun_started_from_a_launch_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_ends_the_ranks_torchrun_started_from_a_launch_script(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    """SIGHUP (the terminal closed) ended the run at once and left the ranks running."""
     (tmp_path / "launch.sh").write_text(TORCHRUN)
     run = start(tmp_path, "launch.sh")
     wait_for(run, tmp_path / "ranks", 2)
-    run.send_signal(signal.SIGTERM)
+    run.send_signal(signum)
     stderr = ended(run)
-    assert run.returncode == 143, stderr
+    assert run.returncode == code, stderr
     assert left_running(str(tmp_path)) == []
 
 
