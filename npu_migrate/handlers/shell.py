@@ -18,6 +18,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.handlers.dependencies import Found, requirement_sites
+from npu_migrate.handlers.embedded_python import migrate_embedded, python_code
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 IN_TEXT = Hold(
@@ -72,15 +73,19 @@ def migrate_script(
     installed = requirement_sites(list(_installs(tree.root_node, view)), IN_COMMAND)
     spelled = (site for start, end in texts for site in _spelled_in(data, start, end, read=True))
     sites = [*_sites(tree.root_node, view), *_flag_lists(tree.root_node, view), *spelled, *installed]
+    python = migrate_embedded(data, python_code(tree.root_node, view), index, enabled)
+    sites = [s for s in sites if not any(c.start <= s.start and s.end <= c.end for c in python.read)]
     sites = _held_where_sourced(tree.root_node, view, sites)
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
+    matched.findings = sorted([*matched.findings, *python.findings], key=lambda f: (f.line, f.column))
+    matched.edits.spans += python.spans
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         if (unmigrated := _bash_refuses(view)) is not None:  # the input's fault, not the fixes'
             return FileResult(error=f"not a script bash can parse: {unmigrated}")
         return FileResult(
             error=f"the fixes would leave a script bash -n refuses: {refused}", tool_failed=True
         )
-    return site_result(matched, data, suppressions)
+    return replace(site_result(matched, data, suppressions), added_imports=python.added_imports)
 
 
 def unparsable_line(view: bytes) -> int | None:
