@@ -14,6 +14,7 @@ from npu_migrate.handlers.embedded_python import FILLED, QUOTING, Code
 from npu_migrate.model import Applicability
 from npu_migrate.pipeline import RuleSource
 from tests.fixture_cases import run_cli
+from tests.test_hostile_gate import notebook
 
 # A launch script in the form real ones take (Megatron-style NGPU counting, a rank's device from
 # torchrun's variables, a check run from a heredoc); the code is kept in quotes of every kind.
@@ -108,11 +109,8 @@ def test_dockerfiles_makefiles_and_notebook_lines_run_python_from_their_text_too
         'gpus:\n\tpython -c "import torch; print(torch.cuda.device_count())"\n'
         "\tpython -c 'import torch, os; print(torch.cuda.device_count(), os.environ[\"$$HOME\"])'\n"
     )
-    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []}
-    cell["source"] = ['!python -c "import torch; print(torch.cuda.device_count())"\n']
-    kernel = {"kernelspec": {"language": "python", "name": "python3", "display_name": "Python 3"}}
-    notebook = {"cells": [cell], "metadata": kernel, "nbformat": 4, "nbformat_minor": 5}
-    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    counted = '!python -c "import torch; print(torch.cuda.device_count())"\n'
+    (tmp_path / "nb.ipynb").write_text(notebook(counted))
     applied = run_cli("apply", ".", "--no-change-list", cwd=tmp_path)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert (
