@@ -151,3 +151,39 @@ def test_a_rewrite_that_edits_what_the_shell_fills_in_is_held() -> None:
     assert code.rewritten(spelled, b"x = y.npu()") is FILLED
     assert code.rewritten(spelled, b"x = _z_.npu()") is FILLED, "an insertion inside it"
     assert code.rewritten(spelled, b'x = __.to("npu")') is QUOTING
+
+
+def test_a_python_file_a_dockerfile_writes_with_a_copy_heredoc_is_read_and_migrated(tmp_path: Path) -> None:
+    """`COPY <<EOF /app/x.py` (BuildKit's heredocs) writes a Python file into the image: it was
+    never read. BuildKit fills in `${NAME}` where the delimiter is unquoted: kept as written."""
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM python:3.11\n"
+        "ARG RANK=0\n"
+        "COPY <<EOF /app/check.py\n"
+        "import torch\n"
+        "torch.cuda.set_device(${RANK})\n"
+        "EOF\n"
+        "COPY <<'PY' /app/run\n"
+        "#!/usr/bin/env python3\n"
+        "import torch\n"
+        "x = torch.ones(2).cuda()\n"
+        "PY\n"
+        "COPY <<EOF /app/notes.txt\n"
+        "torch.cuda is what we ran on\n"
+        "EOF\n"
+        "COPY <<EOF /app/open.py\n"
+        "import torch\n"
+        "torch.cuda.synchronize()\n"
+    )
+    scanned = run_cli("scan", dockerfile.name, cwd=tmp_path)
+    assert (
+        "Dockerfile:5:1: NPU101 [safe]" in scanned.stdout
+        and "Dockerfile:10:5: NPU103 [safe]" in scanned.stdout
+    )
+    assert "Dockerfile:13:" not in scanned.stdout and "Dockerfile:17:" not in scanned.stdout  # text; no end
+    assert run_cli("apply", dockerfile.name, "--no-change-list", cwd=tmp_path).returncode == 0
+    lines = dockerfile.read_text().splitlines()
+    assert lines[3:7] == ["import torch", "import torch_npu", "torch.npu.set_device(${RANK})", "EOF"]
+    assert lines[9:12] == ["import torch", "import torch_npu", "x = torch.ones(2).npu()"]
+    assert lines[-1] == "torch.cuda.synchronize()", "a heredoc with no terminator is left alone"

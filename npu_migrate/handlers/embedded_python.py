@@ -1,10 +1,10 @@
 """Python that a shell command runs from the script's own text: `python -c 'CODE'` and a heredoc
 fed to `python` (`python - <<'EOF'`), in launch scripts, a Dockerfile's RUN lines, a Makefile's
-recipes and a notebook's `!` lines. The engine reads the code as a module of its own; its
-findings are placed where the code is in the file, and its rewrite goes back between the quotes
-where the shell hands Python those very bytes (single quotes, a double-quoted string or an
-unquoted heredoc with nothing the shell expands or escapes, a quoted heredoc), and only where the
-rewritten code still reads the same through that quoting; else the fixes are held."""
+recipes and a notebook's `!` lines; and the Python files a Dockerfile's COPY heredocs write.
+The engine reads the code as Python will (what the shell fills in, as underscores at the same
+offsets) as a module of its own; its findings are placed where the code is in the file, and its
+rewrite goes back between the quotes with what the shell fills in kept as the file spells it.
+A fix that would edit that, or whose text the quoting cannot hold, is held."""
 
 from __future__ import annotations
 
@@ -167,13 +167,33 @@ _UNQUOTED_HEREDOC = (b"$`\\\n", b"$`\\")
 
 def _code(node: Any, data: bytes, start: int, end: int, quoting: tuple[bytes, bytes]) -> Code:
     """The code at start:end of a string or heredoc node, as Python reads it."""
+    filled = [(c.start_byte, c.end_byte) for c in node.children if c.type not in _CONTENT]  # expansions
+    return filled_code(data, start, end, quoting, filled)
+
+
+def heredoc_file(data: bytes, start: int, end: int, delimiter: bytes, tabs_stripped: bool) -> Code:
+    """A heredoc's body that a Dockerfile writes into a Python file (`COPY <<EOF /app/x.py`):
+    BuildKit fills in `$NAME` and `${NAME}` where the delimiter is unquoted, as a shell would."""
+    quoted = delimiter[:1] in (b"'", b'"')
+    filled = [] if quoted else [m.span() for m in _EXPANSION.finditer(data, start, end)]
+    code = filled_code(data, start, end, _QUOTED_HEREDOC if quoted else _UNQUOTED_HEREDOC, filled)
+    return replace(code, terminator=delimiter.strip(b"'\""), tabs_stripped=tabs_stripped)
+
+
+_EXPANSION = re.compile(rb"\$\{[^}\n]*\}|\$\w+")
+
+
+def filled_code(
+    data: bytes, start: int, end: int, quoting: tuple[bytes, bytes], filled: list[tuple[int, int]]
+) -> Code:
+    """The code at start:end as Python reads it: the `filled` spans (what the shell puts there)
+    as underscores, line breaks kept; the quoting's escapes' backslashes as spaces."""
     escapes, forbidden = quoting
     text = bytearray(data[start:end])
-    for child in node.children:
-        if child.type not in _CONTENT:  # an expansion: its value is the run's
-            for at in range(child.start_byte, child.end_byte):
-                if text[at - start] != ord("\n"):
-                    text[at - start] = ord("_")
+    for span_start, span_end in filled:
+        for at in range(span_start, span_end):
+            if text[at - start] != ord("\n"):
+                text[at - start] = ord("_")
     at = 0
     while at < len(text) - 1:
         if text[at] == ord("\\") and text[at + 1] in escapes:

@@ -10,6 +10,7 @@ import re
 
 from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.suppressions import Suppressions
+from npu_migrate.handlers.embedded_python import Code, heredoc_file
 from npu_migrate.handlers.shell import migrate_script
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, ModulePath
 
@@ -30,9 +31,8 @@ _MAKE_NAMED = re.compile(rb"^[ \t]*ifn?def[ \t]+(\w+)|(?<!\$)\$[({](?:origin|fla
 def migrate_dockerfile(
     data: bytes, index: RuleIndex, enabled: frozenset[Applicability], where: ModulePath = NO_MODULE
 ) -> FileResult:
-    return migrate_script(
-        data, dockerfile_view(data), index, enabled, Suppressions([])
-    )  # whole-line comments only
+    view, python_files = _dockerfile(data)  # (no suppressions: a Dockerfile's comments are whole lines)
+    return migrate_script(data, view, index, enabled, Suppressions([]), python_files=python_files)
 
 
 def migrate_makefile(
@@ -67,7 +67,14 @@ def dockerfile_view(data: bytes) -> bytes:
     words name the image (its tag says CUDA); every other instruction and exec forms (JSON
     arrays) blanked. A heredoc a RUN opens keeps its text up to its terminator; one COPY or ADD
     writes keeps its text where it writes a shell script (a `.sh` file, or a shell's `#!`)."""
+    return _dockerfile(data)[0]
+
+
+def _dockerfile(data: bytes) -> tuple[bytes, list[Code]]:
+    """The Dockerfile's view (dockerfile_view), and the Python files its COPY and ADD heredocs
+    write (a `.py` file, or a python `#!`)."""
     view = bytearray(blanked(data))
+    python: list[Code] = []
     lines = _logical_lines(data)
     number = 0
     while number < len(lines):
@@ -86,18 +93,26 @@ def dockerfile_view(data: bytes) -> bytes:
             for terminator in _HEREDOC.findall(text[body:]):
                 number = _heredoc(data, lines, number, terminator, view, keep_terminator=not script)
         elif keyword in (b"COPY", b"ADD") and b"<<" in text[body:]:
-            heredocs = _HEREDOC.findall(text[body:])
+            heredocs = [
+                (m[0].removeprefix(b"<<-").removeprefix(b"<<").strip(), m[1])
+                for m in _HEREDOC.finditer(text[body:])
+            ]
             target = text[body:].split()[-1] if text[body:].split() else b""
-            for terminator in heredocs:
+            for delimiter, terminator in heredocs:
                 named = target if len(heredocs) == 1 else terminator  # `COPY <<a.sh <<b.sh /dir/`
                 first = data[lines[number][0] : lines[number][1]] if number < len(lines) else b""
                 shell = named.endswith(b".sh") or (first.startswith(b"#!") and _SHELL_SHEBANG.search(first))
-                number = _heredoc(data, lines, number, terminator, view if shell else None)
+                start, after = number, _heredoc(data, lines, number, terminator, view if shell else None)
+                ended = after > start and data[slice(*lines[after - 1])].strip() == terminator
+                if ended and (named.endswith(b".py") or (first.startswith(b"#!") and b"python" in first)):
+                    written = (lines[start][0], lines[after - 1][0])
+                    python.append(heredoc_file(data, *written, delimiter, tabs_stripped=b"<<-" in text))
+                number = after
         elif keyword == b"ENV" or (keyword == b"ARG" and b"=" in text[body:]):
             view[start + body : end] = _env_assignments(text[body:])
         elif keyword == b"FROM":
             view[start:end] = text
-    return bytes(view)
+    return bytes(view), python
 
 
 def _heredoc(

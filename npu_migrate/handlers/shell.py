@@ -18,7 +18,7 @@ from npu_migrate.engine.index import RuleIndex
 from npu_migrate.engine.sites import Site, match_sites, site_result
 from npu_migrate.engine.suppressions import Suppressions
 from npu_migrate.handlers.dependencies import Found, requirement_sites
-from npu_migrate.handlers.embedded_python import migrate_embedded, python_code
+from npu_migrate.handlers.embedded_python import Code, migrate_embedded, python_code
 from npu_migrate.model import NO_MODULE, Applicability, FileResult, Hold, ModulePath
 
 IN_TEXT = Hold(
@@ -59,12 +59,14 @@ def migrate_script(
     enabled: frozenset[Applicability],
     suppressions: Suppressions | None = None,
     texts: Sequence[tuple[int, int]] = (),
+    python_files: Sequence[Code] = (),
 ) -> FileResult:
     """A script's result. `view` is what bash parses: the file itself, or (a Dockerfile, a
     Makefile) the file with what is not shell blanked out, byte for byte at the same offsets.
     `suppressions`: the file's own (None: those in the script's comments, as bash reads them;
     a heredoc's body or a quoted argument holds none). `texts`: spans of the file that are text
-    to it (a Makefile's function calls), where a name spelled is reported, never renamed."""
+    to it (a Makefile's function calls), where a name spelled is reported, never renamed.
+    `python_files`: Python files the file writes, outside the view (a Dockerfile's COPY heredocs)."""
     tree = _parser().parse(_without_last_continuation(view))
     if (line := _unparsable(tree)) is not None:
         return FileResult(error=f"line {line}: not a script bash can parse")
@@ -77,7 +79,9 @@ def migrate_script(
     sites = [s for s in sites if not any(c.start <= s.start and s.end <= c.end for c in python.read)]
     sites = _held_where_sourced(tree.root_node, view, sites)
     matched = match_sites(data, sites, index, enabled, {"shell", "requirements"}, suppressions=suppressions)
-    matched.findings = sorted([*matched.findings, *python.findings], key=lambda f: (f.line, f.column))
+    written = migrate_embedded(data, list(python_files), index, enabled)
+    found = [*matched.findings, *python.findings, *written.findings]
+    matched.findings = sorted(found, key=lambda f: (f.line, f.column))
     matched.edits.spans += python.spans
     if matched.edits.spans and (refused := _bash_refuses(matched.edits.apply(view))):
         if (unmigrated := _bash_refuses(view)) is not None:  # the input's fault, not the fixes'
@@ -85,7 +89,9 @@ def migrate_script(
         return FileResult(
             error=f"the fixes would leave a script bash -n refuses: {refused}", tool_failed=True
         )
-    return replace(site_result(matched, data, suppressions), added_imports=python.added_imports)
+    matched.edits.spans += written.spans  # (no shell: not for bash -n)
+    added = [*python.added_imports, *written.added_imports]
+    return replace(site_result(matched, data, suppressions), added_imports=added)
 
 
 def unparsable_line(view: bytes) -> int | None:
