@@ -240,3 +240,43 @@ def test_a_makefile_recipe_with_make_functions_is_read_as_the_shell_make_runs(tm
         run = subprocess.run(["make", "-s", "show", "CI=1"], cwd=tmp_path, capture_output=True, text=True)
         outputs.append(run.stdout)
     assert outputs[0] == outputs[1] == "0,1 --report-log 0,1_core.log x\n"
+
+
+# The Makefile cookiecutter-pypackage generates (InternVL's clip_benchmark carries it): Python
+# held in `define` blocks, its indented lines led by tabs as a recipe's are.
+DEFINES = """define PRINT_HELP_PYSCRIPT
+import re, sys
+
+for line in sys.stdin:
+\tmatch = re.match(r'^([a-zA-Z_-]+):.*?## (.*)$$', line)
+\tif match:
+\t\ttarget, help = match.groups()
+\t\tprint("%-8s %s" % (target, help))
+endef
+export PRINT_HELP_PYSCRIPT
+
+CUDA_VISIBLE_DEVICES ?= 0,1
+export CUDA_VISIBLE_DEVICES
+
+help: ## the targets
+\t@python3 -c "$$PRINT_HELP_PYSCRIPT" < $(MAKEFILE_LIST)
+
+show: ## the devices
+\t@echo $$CUDA_VISIBLE_DEVICES
+"""
+
+
+def test_a_makefile_with_define_blocks_is_read_and_still_makes_the_same(tmp_path: Path) -> None:
+    """A `define` block's tab-led lines were read as a recipe's shell: the whole file was "not a
+    script bash can parse" and its CUDA variables went unreported."""
+    result = migrate_makefile(DEFINES.encode(), INDEX, SAFE)
+    assert result.error is None
+    assert result.new_source is not None and b"CUDA" not in result.new_source
+    outputs = []
+    for text in (DEFINES.encode(), result.new_source):
+        (tmp_path / "Makefile").write_bytes(text)
+        make = ["make", "-s"]
+        made = [subprocess.run([*make, target], cwd=tmp_path, capture_output=True, text=True, check=True)
+                for target in ("help", "show")]  # fmt: skip
+        outputs.append([run.stdout for run in made])
+    assert outputs[0] == outputs[1] == ["help     the targets\nshow     the devices\n", "0,1\n"]

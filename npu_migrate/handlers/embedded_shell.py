@@ -20,6 +20,8 @@ _SHELL_SHEBANG = re.compile(rb"\b(?:ba|da|z|k)?sh\b")
 _HEREDOC = re.compile(rb"<<-?[ \t]*[\"']?([\w.-]+)[\"']?")
 _MAKE_ASSIGNMENT = re.compile(rb"(export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*([:?+!]?=|::=)")
 _RECIPE_PREFIX = re.compile(rb"\t[ \t@+-]*")
+_DEFINE = re.compile(rb"[ \t]*(?:(?:override|export)[ \t]+)*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
+_ENDEF = re.compile(rb"[ \t]*endef\b")
 _MAKE_REFERENCE = re.compile(rb"(?<!\$)\$[({](\w+)[)}]")  # $(NAME) or ${NAME}, not the shell's $$(...)
 _MAKE_FUNCTION = re.compile(rb"(?<!\$)\$([({])[a-z][a-z-]*[ \t]")  # $(if ...), $(shell ...)
 _SHELL_REFERENCE = re.compile(rb"\$\{\w+\}")
@@ -151,10 +153,20 @@ def makefile_view(data: bytes) -> bytes:
     references `$(NAME)` as the shell's `${NAME}` (a variable renamed where it is set is renamed
     where it is read); variable assignments and `export NAME` lines as assignments, their values
     blanked but for the variables they read; rules, directives and comments blanked but for the
-    variables they read or name (`ifdef NAME`, `$(origin NAME)`, read as `$NAME`)."""
+    variables they read or name (`ifdef NAME`, `$(origin NAME)`, read as `$NAME`); a `define
+    NAME` ... `endef` block as the assignment of NAME, its lines (tab-led ones too) a value."""
     view = bytearray(blanked(data))
+    defining = False
     for start, end in _logical_lines(data):
         text = data[start:end]
+        if defining:
+            defining = _ENDEF.match(text) is None
+            _references(text, 0, start, view)
+            continue
+        if define := _DEFINE.match(text):
+            defining = True
+            view[start + define.start(1) : start + define.end(1) + 1] = define[1] + b"="
+            continue
         prefix = _RECIPE_PREFIX.match(text)
         if prefix:
             shell = _MAKE_REFERENCE.sub(rb"${\1}", text[prefix.end() :])
