@@ -180,7 +180,7 @@ def heredoc_file(data: bytes, start: int, end: int, delimiter: bytes, tabs_strip
     return replace(code, terminator=delimiter.strip(b"'\""), tabs_stripped=tabs_stripped)
 
 
-_EXPANSION = re.compile(rb"\$\{[^}\n]*\}|\$\w+")
+_EXPANSION = re.compile(rb"\$\{[^$}\n]*\}|\$\w+")  # (no `$` inside: linear on `${${${`)
 
 
 def filled_code(
