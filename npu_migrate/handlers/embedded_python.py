@@ -53,7 +53,7 @@ class Code:
         or why that cannot be written."""
         kept = {i for i, (a, b) in enumerate(zip(spelled, self.text, strict=True)) if a != b or a == ord("$")}
         pieces, inserted = [], []
-        for tag, i1, i2, j1, j2 in SequenceMatcher(None, self.text, new, autojunk=False).get_opcodes():
+        for tag, i1, i2, j1, j2 in _opcodes(self.text, new):
             if tag == "equal":
                 pieces.append(spelled[i1:i2])
                 continue
@@ -70,6 +70,29 @@ class Code:
         ):
             return QUOTING
         return written
+
+
+def _opcodes(old: bytes, new: bytes) -> Iterator[tuple[str, int, int, int, int]]:
+    """difflib's opcodes from `old` to `new` in bytes: the lines matched first, then the bytes of
+    the lines that differ (bytes compared whole are quadratic on a long heredoc: each byte value
+    recurs throughout)."""
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    old_at, new_at = _starts(old_lines), _starts(new_lines)
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes():
+        a1, a2, b1, b2 = old_at[i1], old_at[i2], new_at[j1], new_at[j2]
+        if tag != "replace":
+            yield tag, a1, a2, b1, b2
+            continue
+        for opcode in SequenceMatcher(None, old[a1:a2], new[b1:b2], autojunk=False).get_opcodes():
+            yield opcode[0], a1 + opcode[1], a1 + opcode[2], b1 + opcode[3], b1 + opcode[4]
+
+
+def _starts(lines: list[bytes]) -> list[int]:
+    """Each line's offset, and the end."""
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    return starts
 
 
 @dataclass
